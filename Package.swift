@@ -1,0 +1,71 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+/// Settings every Herald target shares: Swift 6 language mode everywhere.
+let swiftSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+    name: "Herald",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "herald", targets: ["herald"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+    ],
+    targets: [
+        // C libraries from Debian, reached through pkg-config.
+        .systemLibrary(
+            name: "CNGHTTP2", pkgConfig: "libnghttp2",
+            providers: [.apt(["libnghttp2-dev"])]),
+        .systemLibrary(
+            name: "COpenSSL", pkgConfig: "openssl",
+            providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(
+            name: "CHiredis", pkgConfig: "hiredis",
+            providers: [.apt(["libhiredis-dev"])]),
+        // C functions for what Swift cannot import (function-like macros).
+        .target(name: "CHeraldShims", dependencies: ["COpenSSL"]),
+
+        // Pure Swift: the APNs model, validation, reasons, outcomes, JWT claims, backoff.
+        .target(name: "APNs", swiftSettings: swiftSettings),
+        // Event loop, TCP, TLS, HTTP/2 client and server sessions, ES256, Redis.
+        .target(
+            name: "Transport",
+            dependencies: [
+                "APNs", "CNGHTTP2", "COpenSSL", "CHiredis", "CHeraldShims",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings),
+        // The APNs emulator.
+        .target(
+            name: "MockAPNs",
+            dependencies: ["APNs", "Transport", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings),
+        // Connection pool, provider tokens, and (later) the Redis-fed pipeline.
+        .target(
+            name: "Worker",
+            dependencies: ["APNs", "Transport", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings),
+        .executableTarget(
+            name: "herald",
+            dependencies: [
+                "APNs", "Transport", "MockAPNs", "Worker",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings),
+
+        .testTarget(name: "APNsTests", dependencies: ["APNs"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "TransportTests", dependencies: ["APNs", "Transport"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: ["APNs", "Transport", "MockAPNs", "Worker"],
+            swiftSettings: swiftSettings),
+    ],
+    swiftLanguageModes: [.v6]
+)

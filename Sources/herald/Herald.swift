@@ -1,0 +1,8 @@
+import ArgumentParser
+
+@main
+struct Herald: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "herald",
+        abstract: "Delivers Apple push notifications from Redis over pooled HTTP/2 connections.")
+}
