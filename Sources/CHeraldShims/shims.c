@@ -1,3 +1,4 @@
+#define _GNU_SOURCE
 #include "CHeraldShims.h"
 
 int herald_SSL_set_tlsext_host_name(SSL *ssl, const char *name) {
@@ -16,3 +17,7 @@ int herald_SSL_CTX_set_ecdh_auto(SSL_CTX *ctx) {
 int herald_TLS1_2_VERSION(void) { return TLS1_2_VERSION; }
 int herald_SSL_TLSEXT_ERR_OK(void) { return SSL_TLSEXT_ERR_OK; }
 int herald_SSL_TLSEXT_ERR_NOACK(void) { return SSL_TLSEXT_ERR_NOACK; }
+
+int herald_accept4(int fd) {
+    return accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+}

@@ -1,1 +1,0 @@
-// APNs module

@@ -1,0 +1,421 @@
+import APNs
+import CHeraldShims
+import CNGHTTP2
+import Glibc
+
+/// A notification on its way through one connection, with the caller's handle for it.
+public struct PendingRequest: Sendable {
+    public var notification: Notification
+    /// The caller's own reference (a job index, a slot): handed back with the outcome.
+    public var context: UInt64
+    /// Sends that counted as attempts so far (GOAWAY-refused streams do not count).
+    public var attempts: Int
+
+    public init(notification: Notification, context: UInt64, attempts: Int = 0) {
+        self.notification = notification
+        self.context = context
+        self.attempts = attempts
+    }
+}
+
+/// Hears what happens on an `APNsConnection`. Every call comes on the connection's loop, never
+/// from inside an nghttp2 callback, so the delegate may submit new requests from any of them.
+public protocol APNsConnectionDelegate: AnyObject {
+    /// TLS and HTTP/2 are up; streams can be submitted up to `streamSlots`.
+    func connectionIsReady(_ connection: APNsConnection)
+    /// One request reached a final state on this connection.
+    func connection(_ connection: APNsConnection, completed request: PendingRequest, outcome: DeliveryOutcome)
+    /// The number of free stream slots may have grown (SETTINGS raised the limit, or streams ended).
+    func connectionSlotsChanged(_ connection: APNsConnection)
+    /// The connection is gone. Every request it held was completed (as retryable) before this call.
+    func connectionClosed(_ connection: APNsConnection, error: ConnectionError?)
+}
+
+/// One HTTP/2 connection to APNs (or the emulator): TLS, nghttp2 client session, and a fixed
+/// table of stream slots that holds each in-flight notification until its response.
+///
+/// Confined to its event loop. It builds request headers in a reusable scratch area (nghttp2
+/// copies them), streams the payload straight from the notification's bytes into DATA frames,
+/// and honours the peer's `SETTINGS_MAX_CONCURRENT_STREAMS` as it changes: `streamSlots` is
+/// what the caller may still submit. It allocates nothing per notification in steady state.
+public final class APNsConnection: HTTP2Endpoint {
+    public enum State: Equatable, Sendable {
+        case idle, connecting, ready, goingAway, closed
+    }
+
+    public weak var delegate: (any APNsConnectionDelegate)?
+    public let port: Int
+    public let identifier: Int
+    public private(set) var state: State = .idle
+    private let tlsContext: TLSContext
+
+    /// Herald's own cap on concurrent streams (`--max-streams`).
+    public let maxStreams: Int
+    /// The peer's current limit; 1 until its SETTINGS say otherwise (APNs starts at 1).
+    public private(set) var peerMaxConcurrentStreams: Int = 1
+    public private(set) var inFlight = 0
+    /// Streams submitted over the life of this connection.
+    public private(set) var streamsOpened = 0
+
+    /// `bearer <JWT>` bytes for token auth; nil for certificate auth. Set by the pool.
+    public private(set) var authorization: [UInt8]? = nil
+    /// What the pool bound to this connection: token generation and first use (wall ms).
+    public var tokenGeneration: UInt64 = 0
+    public var tokenFirstUsedAt: Int64 = 0
+
+    private var slots: [Slot]
+    private var freeSlotIndices: [Int32]
+    private var completed: [Int32] = []
+    private var goAwayLastStreamID: Int32 = Int32.max
+    private var goAwayInfo: (code: UInt32, reason: String?)? = nil
+    private var connectTimer: EventLoop.TimerID?
+    private var pingTimer: EventLoop.TimerID?
+    private var pingSentAt: Int64? = nil
+    /// How long the connection may sit without input before a PING checks it.
+    public var pingIntervalMilliseconds: Int64 = 60_000
+    public var pingTimeoutMilliseconds: Int64 = 10_000
+    public var connectTimeoutMilliseconds: Int64 = 10_000
+
+    private let headers: RequestHeaderBuilder
+
+    struct Slot {
+        var request: PendingRequest?
+        var status: Int32 = 0
+        var body: [UInt8] = []
+        var payloadOffset = 0
+        var headersSent = false
+        var failure: RetryCause? = nil
+    }
+
+    public init(loop: EventLoop, host: String, port: Int, tlsContext: TLSContext, maxStreams: Int, identifier: Int = 0) {
+        self.port = port
+        self.tlsContext = tlsContext
+        self.maxStreams = max(1, maxStreams)
+        self.identifier = identifier
+        slots = Array(repeating: Slot(), count: self.maxStreams)
+        freeSlotIndices = (0..<Int32(self.maxStreams)).reversed()
+        completed.reserveCapacity(self.maxStreams)
+        headers = RequestHeaderBuilder(authority: port == 443 ? host : "\(host):\(port)")
+        super.init(loop: loop, host: host)
+    }
+
+    /// How many more streams the caller may submit now.
+    public var streamSlots: Int {
+        guard state == .ready, isOpen else { return 0 }
+        return max(0, min(maxStreams, peerMaxConcurrentStreams) - inFlight)
+    }
+
+    /// Binds the provider token this connection sends from now on (token auth).
+    public func setAuthorization(jwt: String, generation: UInt64, firstUsedAt: Int64) {
+        authorization = Array("bearer \(jwt)".utf8)
+        tokenGeneration = generation
+        tokenFirstUsedAt = firstUsedAt
+    }
+
+    // MARK: lifecycle
+
+    /// Opens the TCP connection and starts TLS; the delegate hears `connectionIsReady` or `connectionClosed`.
+    public func connect() {
+        precondition(state == .idle, "an APNsConnection connects once; make a new one to reconnect")
+        state = .connecting
+        let fd: Int32
+        do {
+            fd = try Socket.startConnect(host: host, port: port)
+        } catch {
+            state = .closed
+            let delegate = self.delegate
+            loop.schedule(afterMilliseconds: 0) { [self] in delegate?.connectionClosed(self, error: .connectFailed(error)) }
+            return
+        }
+        do {
+            try adopt(fd: fd, context: tlsContext)
+        } catch {
+            Glibc.close(fd)
+            self.fd = -1
+            state = .closed
+            let delegate = self.delegate
+            loop.schedule(afterMilliseconds: 0) { [self] in delegate?.connectionClosed(self, error: error) }
+            return
+        }
+        connectTimer = loop.schedule(afterMilliseconds: connectTimeoutMilliseconds) { [weak self] in
+            guard let self, self.state == .connecting else { return }
+            self.terminate(.timedOut("connecting to \(self.host):\(self.port)"))
+        }
+    }
+
+    /// Stops taking streams and lets those in flight finish, then closes (graceful shutdown).
+    public func shutdownGracefully() {
+        guard state == .ready, let session else { return }
+        state = .goingAway
+        _ = nghttp2_submit_goaway(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nghttp2_session_get_last_proc_stream_id(session), UInt32(NGHTTP2_NO_ERROR.rawValue), nil, 0)
+        scheduleFlush()
+    }
+
+    /// Closes now; in-flight requests complete as retryable on another connection.
+    public func close() {
+        terminate(.closedLocally)
+    }
+
+    override func tlsEstablished() throws(ConnectionError) {
+        var callbacks: OpaquePointer? = nil
+        nghttp2_session_callbacks_new(&callbacks)
+        defer { nghttp2_session_callbacks_del(callbacks) }
+        nghttp2_session_callbacks_set_on_header_callback(callbacks, apnsOnHeader)
+        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, apnsOnDataChunk)
+        nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, apnsOnStreamClose)
+        nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, apnsOnFrameRecv)
+        nghttp2_session_callbacks_set_on_frame_send_callback(callbacks, apnsOnFrameSend)
+        var option: OpaquePointer? = nil
+        nghttp2_option_new(&option)
+        defer { nghttp2_option_del(option) }
+        // Assume one stream until the peer's SETTINGS arrive: APNs starts connections at one.
+        nghttp2_option_set_peer_max_concurrent_streams(option, 1)
+        var newSession: OpaquePointer? = nil
+        let rc = nghttp2_session_client_new2(&newSession, callbacks, Unmanaged.passUnretained(self).toOpaque(), option)
+        guard rc == 0, let newSession else { throw .protocolError("nghttp2_session_client_new failed (\(rc))") }
+        session = newSession
+        var settings = [
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_ENABLE_PUSH.rawValue), value: 0),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: 0),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: 1 << 20),
+        ]
+        _ = nghttp2_submit_settings(newSession, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, settings.count)
+        _ = nghttp2_session_set_local_window_size(newSession, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, 16 << 20)
+        if let connectTimer { loop.cancel(connectTimer) }
+        connectTimer = nil
+        state = .ready
+        schedulePing()
+        delegate?.connectionIsReady(self)
+    }
+
+    // MARK: submitting
+
+    /// Sends one notification on a new stream. Precondition: `streamSlots > 0`.
+    /// Returns false (and keeps nothing) if nghttp2 refused the stream.
+    @discardableResult
+    public func submit(_ request: PendingRequest) -> Bool {
+        guard streamSlots > 0, let session, let slotIndex = freeSlotIndices.popLast() else { return false }
+        let index = Int(slotIndex)
+        slots[index].request = request
+        slots[index].status = 0
+        slots[index].body.removeAll(keepingCapacity: true)
+        slots[index].payloadOffset = 0
+        slots[index].headersSent = false
+        slots[index].failure = nil
+        let streamID = headers.withHeaders(for: request.notification, authorization: authorization) { nva, count in
+            var provider = nghttp2_data_provider()
+            provider.source.ptr = UnsafeMutableRawPointer(bitPattern: index + 1)
+            provider.read_callback = apnsReadPayload
+            return nghttp2_submit_request(session, nil, nva, count, &provider, UnsafeMutableRawPointer(bitPattern: index + 1))
+        }
+        if streamID < 0 {
+            slots[index].request = nil
+            freeSlotIndices.append(slotIndex)
+            return false
+        }
+        inFlight += 1
+        streamsOpened += 1
+        scheduleFlush()
+        return true
+    }
+
+    // MARK: nghttp2 events (called from the C callbacks below)
+
+    fileprivate func onHeader(streamID: Int32, name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) {
+        guard name.count == 7, name[0] == 0x3A, name[1] == 0x73 /* ":s" */ else { return }
+        guard let index = slotIndex(streamID) else { return }
+        var status: Int32 = 0
+        for byte in value where byte >= 0x30 && byte <= 0x39 { status = status * 10 + Int32(byte - 0x30) }
+        slots[index].status = status
+    }
+
+    fileprivate func onData(streamID: Int32, bytes: UnsafeBufferPointer<UInt8>) {
+        guard let index = slotIndex(streamID) else { return }
+        // APNs error bodies are tiny; cap what a misbehaving peer can make Herald hold.
+        let room = 4096 - slots[index].body.count
+        if room > 0 { slots[index].body.append(contentsOf: bytes.prefix(room)) }
+    }
+
+    fileprivate func onStreamClose(streamID: Int32, errorCode: UInt32) {
+        guard let index = slotIndex(streamID), slots[index].request != nil else { return }
+        if slots[index].status == 0 {
+            if errorCode == UInt32(NGHTTP2_REFUSED_STREAM.rawValue) || !slots[index].headersSent {
+                slots[index].failure = streamID > goAwayLastStreamID ? .goAway(notProcessed: true) : .refusedStream
+            } else {
+                slots[index].failure = .streamReset(errorCode: errorCode)
+            }
+        }
+        completed.append(Int32(index))
+    }
+
+    fileprivate func onFrameSend(type: UInt8, streamID: Int32) {
+        if type == UInt8(NGHTTP2_HEADERS.rawValue), let index = slotIndex(streamID) {
+            slots[index].headersSent = true
+        }
+    }
+
+    fileprivate func onFrameRecv(_ frame: UnsafePointer<nghttp2_frame>) {
+        let type = frame.pointee.hd.type
+        if type == UInt8(NGHTTP2_SETTINGS.rawValue), frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) == 0, let session {
+            let limit = nghttp2_session_get_remote_settings(session, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS)
+            peerMaxConcurrentStreams = Int(min(limit, UInt32(Int32.max)))
+        } else if type == UInt8(NGHTTP2_GOAWAY.rawValue) {
+            let goaway = frame.pointee.goaway
+            goAwayLastStreamID = goaway.last_stream_id
+            var reason: String? = nil
+            if let data = goaway.opaque_data, goaway.opaque_data_len > 0 {
+                let body = UnsafeRawBufferPointer(start: data, count: goaway.opaque_data_len)
+                reason = APNsErrorBody.parse(body).reason?.rawValue
+            }
+            goAwayInfo = (goaway.error_code, reason)
+            if state == .ready || state == .connecting { state = .goingAway }
+        }
+        pingSentAt = nil
+    }
+
+    private func slotIndex(_ streamID: Int32) -> Int? {
+        guard let session, let pointer = nghttp2_session_get_stream_user_data(session, streamID) else { return nil }
+        return Int(bitPattern: pointer) - 1
+    }
+
+    fileprivate func readPayload(slot index: Int, into buffer: UnsafeMutablePointer<UInt8>, length: Int, flags: UnsafeMutablePointer<UInt32>) -> Int {
+        guard let request = slots[index].request else {
+            flags.pointee |= UInt32(NGHTTP2_DATA_FLAG_EOF.rawValue)
+            return 0
+        }
+        let offset = slots[index].payloadOffset
+        let count = request.notification.payload.withUnsafeBufferPointer { payload -> Int in
+            let count = min(length, payload.count - offset)
+            if count > 0 { buffer.update(from: payload.baseAddress! + offset, count: count) }
+            return count
+        }
+        slots[index].payloadOffset = offset + count
+        if offset + count >= request.notification.payload.count {
+            flags.pointee |= UInt32(NGHTTP2_DATA_FLAG_EOF.rawValue)
+        }
+        return count
+    }
+
+    // MARK: completions
+
+    override func sessionProcessedInput() {
+        drainCompletions()
+        if state == .goingAway, inFlight == 0 {
+            terminate(goAwayInfo.map { .goAway(errorCode: $0.code, reason: $0.reason) } ?? .closedLocally)
+        }
+    }
+
+    private func drainCompletions() {
+        if completed.isEmpty {
+            delegate?.connectionSlotsChanged(self)
+            return
+        }
+        // Completions are handed out after nghttp2 returned, so the delegate may submit at once.
+        var index = 0
+        while index < completed.count {
+            let slotIndex = Int(completed[index])
+            index += 1
+            guard let request = slots[slotIndex].request else { continue }
+            slots[slotIndex].request = nil
+            inFlight -= 1
+            freeSlotIndices.append(Int32(slotIndex))
+            let outcome: DeliveryOutcome
+            if let failure = slots[slotIndex].failure {
+                outcome = .retryOnAnotherConnection(failure)
+            } else {
+                outcome = slots[slotIndex].body.withUnsafeBytes {
+                    ResponseClassifier.classify(status: Int(slots[slotIndex].status), body: $0)
+                }
+            }
+            delegate?.connection(self, completed: request, outcome: outcome)
+        }
+        completed.removeAll(keepingCapacity: true)
+        delegate?.connectionSlotsChanged(self)
+    }
+
+    override func didClose(_ error: ConnectionError?) {
+        state = .closed
+        if let connectTimer { loop.cancel(connectTimer) }
+        if let pingTimer { loop.cancel(pingTimer) }
+        connectTimer = nil
+        pingTimer = nil
+        // Everything still held goes back to the caller as retryable; unsent streams were never
+        // seen by the server and do not count as an attempt.
+        for index in slots.indices where slots[index].request != nil {
+            if !completed.contains(Int32(index)) {
+                slots[index].failure = slots[index].headersSent ? .connectionLost : .goAway(notProcessed: true)
+                completed.append(Int32(index))
+            } else if slots[index].failure == nil && slots[index].status == 0 {
+                slots[index].failure = .connectionLost
+            }
+        }
+        let delegate = self.delegate
+        drainCompletions()
+        delegate?.connectionClosed(self, error: error)
+    }
+
+    // MARK: liveness
+
+    private func schedulePing() {
+        pingTimer = loop.schedule(afterMilliseconds: pingIntervalMilliseconds / 2) { [weak self] in
+            self?.checkLiveness()
+        }
+    }
+
+    private func checkLiveness() {
+        guard isOpen, let session else { return }
+        if let sentAt = pingSentAt {
+            if loop.now - sentAt >= pingTimeoutMilliseconds {
+                terminate(.pingUnanswered)
+                return
+            }
+        } else if loop.now - lastReadAt >= pingIntervalMilliseconds {
+            pingSentAt = loop.now
+            _ = nghttp2_submit_ping(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nil)
+            scheduleFlush()
+        }
+        pingTimer = loop.schedule(afterMilliseconds: pingSentAt == nil ? pingIntervalMilliseconds / 2 : pingTimeoutMilliseconds) { [weak self] in
+            self?.checkLiveness()
+        }
+    }
+}
+
+// MARK: - nghttp2 callbacks (C function pointers: no captures; `self` travels as user data)
+
+private func connection(_ userData: UnsafeMutableRawPointer?) -> APNsConnection {
+    Unmanaged<APNsConnection>.fromOpaque(userData!).takeUnretainedValue()
+}
+
+private let apnsOnHeader: nghttp2_on_header_callback = { _, frame, name, nameLength, value, valueLength, _, userData in
+    guard let frame, frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue) else { return 0 }
+    connection(userData).onHeader(
+        streamID: frame.pointee.hd.stream_id,
+        name: UnsafeBufferPointer(start: name, count: nameLength),
+        value: UnsafeBufferPointer(start: value, count: valueLength))
+    return 0
+}
+
+private let apnsOnDataChunk: nghttp2_on_data_chunk_recv_callback = { _, _, streamID, data, length, userData in
+    connection(userData).onData(streamID: streamID, bytes: UnsafeBufferPointer(start: data, count: length))
+    return 0
+}
+
+private let apnsOnStreamClose: nghttp2_on_stream_close_callback = { _, streamID, errorCode, userData in
+    connection(userData).onStreamClose(streamID: streamID, errorCode: errorCode)
+    return 0
+}
+
+private let apnsOnFrameRecv: nghttp2_on_frame_recv_callback = { _, frame, userData in
+    if let frame { connection(userData).onFrameRecv(frame) }
+    return 0
+}
+
+private let apnsOnFrameSend: nghttp2_on_frame_send_callback = { _, frame, userData in
+    if let frame { connection(userData).onFrameSend(type: frame.pointee.hd.type, streamID: frame.pointee.hd.stream_id) }
+    return 0
+}
+
+private let apnsReadPayload: nghttp2_data_source_read_callback = { _, _, buffer, length, flags, source, userData in
+    let slot = Int(bitPattern: source!.pointee.ptr) - 1
+    return connection(userData).readPayload(slot: slot, into: buffer!, length: length, flags: flags!)
+}

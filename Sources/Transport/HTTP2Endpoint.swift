@@ -1,0 +1,240 @@
+import CHeraldShims
+import CNGHTTP2
+import COpenSSL
+import Glibc
+
+/// Why an HTTP/2 connection ended.
+public enum ConnectionError: Error, CustomStringConvertible, Sendable {
+    case connectFailed(SystemError)
+    case tls(TLSError)
+    case timedOut(String)
+    case closedByPeer
+    case protocolError(String)
+    case goAway(errorCode: UInt32, reason: String?)
+    case pingUnanswered
+    case closedLocally
+
+    public var description: String {
+        switch self {
+        case .connectFailed(let error): return "connect failed: \(error)"
+        case .tls(let error): return error.description
+        case .timedOut(let what): return "timed out \(what)"
+        case .closedByPeer: return "the peer closed the connection"
+        case .protocolError(let message): return "HTTP/2 protocol error: \(message)"
+        case .goAway(let code, let reason):
+            return "the peer sent GOAWAY (error code \(code)\(reason.map { ", reason \($0)" } ?? ""))"
+        case .pingUnanswered: return "the peer did not answer a PING: the connection is dead"
+        case .closedLocally: return "closed by Herald"
+        }
+    }
+}
+
+/// The I/O pump shared by Herald's HTTP/2 client and server connections: a non-blocking socket,
+/// its TLS session and an nghttp2 session, driven by one `EventLoop`.
+///
+/// Input is decrypted into one reusable buffer and fed to `nghttp2_session_mem_recv`; output
+/// produced by `nghttp2_session_mem_send` is gathered into one buffer per tick and written as
+/// few TLS records as possible. Write interest is on only while bytes are pending. Subclasses
+/// install their nghttp2 callbacks and react to `sessionProcessedInput()` and `didClose(_:)`.
+public class HTTP2Endpoint: IOHandler, TickObserver {
+    public let loop: EventLoop
+    public let host: String
+    var fd: Int32 = -1
+    var tls: TLSStream?
+    var session: OpaquePointer?
+    private(set) public var isOpen = false
+    private var handshaking = false
+    private var flushScheduled = false
+    private var readBuffer: UnsafeMutableRawBufferPointer
+    private var outBuffer: [UInt8] = []
+    private var outOffset = 0
+    private var tlsWantsWriteForRead = false
+    /// Monotonic time of the last byte read: the liveness signal for PINGs.
+    public private(set) var lastReadAt: Int64 = 0
+
+    static let outBufferTarget = 64 * 1024
+
+    init(loop: EventLoop, host: String) {
+        self.loop = loop
+        self.host = host
+        readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
+        outBuffer.reserveCapacity(HTTP2Endpoint.outBufferTarget + 16 * 1024)
+    }
+
+    deinit {
+        readBuffer.deallocate()
+        if let session { nghttp2_session_del(session) }
+        if fd >= 0 { close(fd) }
+    }
+
+    /// Adopts a connected socket and begins the TLS handshake.
+    func adopt(fd: Int32, context: TLSContext) throws(ConnectionError) {
+        self.fd = fd
+        do {
+            tls = try TLSStream(context: context, fd: fd, host: host)
+        } catch {
+            throw .tls(error)
+        }
+        handshaking = true
+        isOpen = true
+        lastReadAt = loop.now
+        do {
+            try loop.register(fd, handler: self, interest: [.read, .write])
+        } catch {
+            throw .connectFailed(error)
+        }
+    }
+
+    /// Called once TLS is up: the subclass creates its nghttp2 session and queues its preface.
+    func tlsEstablished() throws(ConnectionError) {}
+    /// Called after a batch of input went through nghttp2 (and after every flush of output).
+    func sessionProcessedInput() {}
+    /// Called exactly once when the connection is gone; the descriptor is already closed.
+    func didClose(_ error: ConnectionError?) {}
+
+    // MARK: IOHandler
+
+    public func readable() {
+        if handshaking { continueHandshake(); return }
+        guard isOpen, let tls, let session else { return }
+        lastReadAt = loop.now
+        while isOpen {
+            switch tls.read(into: readBuffer) {
+            case .bytes(let count):
+                let consumed = nghttp2_session_mem_recv(session, readBuffer.baseAddress!.assumingMemoryBound(to: UInt8.self), count)
+                if consumed < 0 {
+                    let message = String(cString: nghttp2_strerror(Int32(consumed)))
+                    sessionProcessedInput()
+                    terminate(.protocolError(message))
+                    return
+                }
+            case .wantRead:
+                sessionProcessedInput()
+                scheduleFlush()
+                return
+            case .wantWrite:
+                tlsWantsWriteForRead = true
+                loop.setInterest(fd, [.read, .write])
+                sessionProcessedInput()
+                return
+            case .closed:
+                sessionProcessedInput()
+                terminate(.closedByPeer)
+                return
+            }
+        }
+    }
+
+    public func writable() {
+        if handshaking { continueHandshake(); return }
+        if tlsWantsWriteForRead {
+            tlsWantsWriteForRead = false
+            readable()
+        }
+        flush()
+    }
+
+    // MARK: handshake
+
+    private func continueHandshake() {
+        guard let tls else { return }
+        do {
+            switch try tls.handshake() {
+            case .wantRead:
+                loop.setInterest(fd, .read)
+            case .wantWrite:
+                loop.setInterest(fd, [.read, .write])
+            case .done:
+                handshaking = false
+                loop.setInterest(fd, .read)
+                try tlsEstablished()
+                flush()
+                // Bytes may already be decrypted and waiting (the server's SETTINGS).
+                readable()
+            }
+        } catch let error as TLSError {
+            terminate(.tls(error))
+        } catch let error as ConnectionError {
+            terminate(error)
+        } catch {
+            terminate(.protocolError("\(error)"))
+        }
+    }
+
+    // MARK: output
+
+    /// Asks for one flush at the end of this loop iteration, so many submitted streams share writes.
+    public func scheduleFlush() {
+        if flushScheduled || !isOpen { return }
+        flushScheduled = true
+        loop.callAtEndOfTick(self)
+    }
+
+    public func endOfTick() {
+        flushScheduled = false
+        flush()
+    }
+
+    /// Moves nghttp2's pending frames into TLS until either runs dry or the socket is full.
+    func flush() {
+        guard isOpen, !handshaking, let tls, let session else { return }
+        while true {
+            if outOffset == outBuffer.count {
+                outBuffer.removeAll(keepingCapacity: true)
+                outOffset = 0
+                while outBuffer.count < HTTP2Endpoint.outBufferTarget {
+                    var data: UnsafePointer<UInt8>? = nil
+                    let length = nghttp2_session_mem_send(session, &data)
+                    if length < 0 {
+                        terminate(.protocolError(String(cString: nghttp2_strerror(Int32(length)))))
+                        return
+                    }
+                    if length == 0 { break }
+                    outBuffer.append(contentsOf: UnsafeBufferPointer(start: data, count: length))
+                }
+                if outBuffer.isEmpty { break }
+            }
+            let result = outBuffer.withUnsafeBytes { bytes in
+                tls.write(UnsafeRawBufferPointer(rebasing: bytes[outOffset...]))
+            }
+            switch result {
+            case .bytes(let count):
+                outOffset += count
+            case .wantWrite, .wantRead:
+                loop.setInterest(fd, [.read, .write])
+                return
+            case .closed:
+                terminate(.closedByPeer)
+                return
+            }
+        }
+        loop.setInterest(fd, .read)
+        if nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0 {
+            // Both sides are done (GOAWAY exchanged and every stream closed).
+            terminate(nil)
+        }
+    }
+
+    // MARK: closing
+
+    /// Closes the connection at once; in-flight work is the subclass's to account for in `didClose`.
+    public func terminate(_ error: ConnectionError?) {
+        guard isOpen || handshaking else { return }
+        isOpen = false
+        handshaking = false
+        if fd >= 0 {
+            loop.deregister(fd)
+            if error == nil || error.map({ if case .closedLocally = $0 { return true } else { return false } }) == true {
+                tls?.shutdown()
+            }
+            close(fd)
+            fd = -1
+        }
+        didClose(error)
+        if let session {
+            nghttp2_session_del(session)
+            self.session = nil
+        }
+        tls = nil
+    }
+}

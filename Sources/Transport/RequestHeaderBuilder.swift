@@ -1,0 +1,142 @@
+import APNs
+import CNGHTTP2
+
+/// Lays out the HTTP/2 request headers of one APNs notification in a reusable scratch area.
+///
+/// Owned by one connection. nghttp2 copies names and values during `nghttp2_submit_request`,
+/// so the same memory serves every request: building headers allocates nothing. `:path` is sent
+/// without HPACK indexing (it changes with every device token); the rest may be indexed.
+final class RequestHeaderBuilder {
+    private let scratch: UnsafeMutablePointer<UInt8>
+    private let scratchCapacity = 16 * 1024
+    private let nva: UnsafeMutablePointer<nghttp2_nv>
+    private let nvaCapacity = 12
+    private let names: UnsafeMutablePointer<UInt8>
+    private var nameRanges: [Name: (offset: Int, length: Int)] = [:]
+    private let authority: [UInt8]
+
+    enum Name: CaseIterable {
+        case method, scheme, path, authority, pushType, topic, priority, expiration, collapseID, apnsID, authorization
+        var text: String {
+            switch self {
+            case .method: ":method"
+            case .scheme: ":scheme"
+            case .path: ":path"
+            case .authority: ":authority"
+            case .pushType: "apns-push-type"
+            case .topic: "apns-topic"
+            case .priority: "apns-priority"
+            case .expiration: "apns-expiration"
+            case .collapseID: "apns-collapse-id"
+            case .apnsID: "apns-id"
+            case .authorization: "authorization"
+            }
+        }
+    }
+
+    init(authority: String) {
+        scratch = .allocate(capacity: scratchCapacity)
+        nva = .allocate(capacity: nvaCapacity)
+        let all = Name.allCases.map { Array($0.text.utf8) }
+        names = .allocate(capacity: all.reduce(0) { $0 + $1.count })
+        var offset = 0
+        for (name, bytes) in zip(Name.allCases, all) {
+            (names + offset).initialize(from: bytes, count: bytes.count)
+            nameRanges[name] = (offset, bytes.count)
+            offset += bytes.count
+        }
+        self.authority = Array(authority.utf8)
+    }
+
+    deinit {
+        scratch.deallocate()
+        nva.deallocate()
+        names.deallocate()
+    }
+
+    /// Calls `body` with the header list for `notification`; the pointers are valid only inside it.
+    func withHeaders<R>(
+        for notification: Notification, authorization: [UInt8]?,
+        _ body: (UnsafePointer<nghttp2_nv>, Int) -> R
+    ) -> R {
+        var writer = Writer(base: scratch, capacity: scratchCapacity)
+        var count = 0
+        let nameOffsets = nameRangesInOrder
+        func add(_ name: Int, _ value: Range<Int>, noIndex: Bool = false) {
+            let (offset, length) = nameOffsets[name]
+            nva[count] = nghttp2_nv(
+                name: names + offset, value: scratch + value.lowerBound,
+                namelen: length, valuelen: value.count,
+                flags: UInt8(noIndex ? NGHTTP2_NV_FLAG_NO_INDEX.rawValue : NGHTTP2_NV_FLAG_NONE.rawValue))
+            count += 1
+        }
+        add(0, writer.append(staticString: "POST"))
+        add(1, writer.append(staticString: "https"))
+        let pathStart = writer.position
+        _ = writer.append(staticString: "/3/device/")
+        _ = writer.append(notification.deviceToken)
+        add(2, pathStart..<writer.position, noIndex: true)
+        add(3, writer.append(bytes: authority))
+        add(4, writer.append(notification.pushType.rawValue))
+        add(5, writer.append(notification.topic))
+        if let priority = notification.priority { add(6, writer.append(integer: Int64(priority.rawValue))) }
+        if let expiration = notification.expiration { add(7, writer.append(integer: expiration)) }
+        if let collapseID = notification.collapseID { add(8, writer.append(collapseID)) }
+        if let apnsID = notification.apnsID { add(9, writer.append(apnsID)) }
+        if let authorization { add(10, writer.append(bytes: authorization)) }
+        return body(nva, count)
+    }
+
+    private lazy var nameRangesInOrder: [(Int, Int)] = Name.allCases.map { nameRanges[$0]! }
+
+    /// Appends bytes to the scratch area and returns where they landed.
+    struct Writer {
+        let base: UnsafeMutablePointer<UInt8>
+        let capacity: Int
+        var position = 0
+
+        mutating func append(bytes: UnsafeBufferPointer<UInt8>) -> Range<Int> {
+            let start = position
+            let count = min(bytes.count, capacity - position)
+            if count > 0 { (base + position).update(from: bytes.baseAddress!, count: count) }
+            position += count
+            return start..<position
+        }
+
+        mutating func append(bytes: [UInt8]) -> Range<Int> {
+            bytes.withUnsafeBufferPointer { append(bytes: $0) }
+        }
+
+        mutating func append(staticString: StaticString) -> Range<Int> {
+            append(bytes: UnsafeBufferPointer(start: staticString.utf8Start, count: staticString.utf8CodeUnitCount))
+        }
+
+        mutating func append(_ string: String) -> Range<Int> {
+            var string = string
+            return string.withUTF8 { append(bytes: $0) }
+        }
+
+        mutating func append(integer: Int64) -> Range<Int> {
+            let start = position
+            var value = integer.magnitude
+            var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                         UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
+                (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+            var count = 0
+            withUnsafeMutableBytes(of: &digits) { buffer in
+                repeat {
+                    buffer[count] = UInt8(value % 10) + 0x30
+                    value /= 10
+                    count += 1
+                } while value > 0
+                if integer < 0 && position < capacity { base[position] = 0x2D; position += 1 }
+                while count > 0 && position < capacity {
+                    count -= 1
+                    base[position] = buffer[count]
+                    position += 1
+                }
+            }
+            return start..<position
+        }
+    }
+}

@@ -1,0 +1,16 @@
+import Glibc
+
+/// A failed system call, with the errno it left and what Herald was doing.
+public struct SystemError: Error, CustomStringConvertible, Sendable, Equatable {
+    public let operation: String
+    public let errno: Int32
+
+    public init(operation: String, errno: Int32) {
+        self.operation = operation
+        self.errno = errno
+    }
+
+    public var description: String {
+        "\(operation) failed: \(String(cString: strerror(errno))) (errno \(errno))"
+    }
+}

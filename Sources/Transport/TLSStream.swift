@@ -1,0 +1,128 @@
+import CHeraldShims
+import COpenSSL
+import Glibc
+
+/// One TLS session over a non-blocking socket: an OpenSSL `SSL` bound to the descriptor.
+///
+/// Owned by a single connection on one event loop; it never blocks. Each operation reports
+/// whether it progressed, needs the socket to become readable or writable, or ended.
+final class TLSStream {
+    enum Progress: Equatable {
+        case done
+        case wantRead
+        case wantWrite
+    }
+
+    enum IOResult: Equatable {
+        case bytes(Int)
+        case wantRead
+        case wantWrite
+        case closed
+    }
+
+    let ssl: OpaquePointer
+    let host: String
+
+    init(context: TLSContext, fd: Int32, host: String) throws(TLSError) {
+        OpenSSLError.clearQueue()
+        guard let ssl = SSL_new(context.pointer) else {
+            throw .configuration(OpenSSLError(operation: "creating a TLS session"))
+        }
+        self.ssl = ssl
+        self.host = host
+        SSL_set_fd(ssl, fd)
+        if context.isServer {
+            SSL_set_accept_state(ssl)
+        } else {
+            SSL_set_connect_state(ssl)
+            // SNI only for names, never for IP literals (RFC 6066); host-name or IP checked either way.
+            if TLSStream.isIPAddress(host) {
+                if X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host) != 1 {
+                    throw .configuration(OpenSSLError(operation: "setting the expected IP address \(host)"))
+                }
+            } else {
+                _ = herald_SSL_set_tlsext_host_name(ssl, host)
+                if SSL_set1_host(ssl, host) != 1 {
+                    throw .configuration(OpenSSLError(operation: "setting the expected host name \(host)"))
+                }
+            }
+        }
+    }
+
+    deinit {
+        SSL_free(ssl)
+    }
+
+    static func isIPAddress(_ host: String) -> Bool {
+        var v4 = in_addr()
+        var v6 = in6_addr()
+        return inet_pton(AF_INET, host, &v4) == 1 || inet_pton(AF_INET6, host, &v6) == 1
+    }
+
+    /// Drives the handshake; after `.done` the client side has checked the certificate and ALPN.
+    func handshake() throws(TLSError) -> Progress {
+        OpenSSLError.clearQueue()
+        let result = SSL_do_handshake(ssl)
+        if result == 1 {
+            try checkALPN()
+            return .done
+        }
+        let error = SSL_get_error(ssl, result)
+        switch error {
+        case SSL_ERROR_WANT_READ: return .wantRead
+        case SSL_ERROR_WANT_WRITE: return .wantWrite
+        default:
+            let verify = SSL_get_verify_result(ssl)
+            if verify != X509_V_OK {
+                let reason = String(cString: X509_verify_cert_error_string(verify))
+                throw .verificationFailed(host: host, reason: reason)
+            }
+            let stack = OpenSSLError(operation: "TLS handshake")
+            if stack.entries.isEmpty && (error == SSL_ERROR_SYSCALL || error == SSL_ERROR_ZERO_RETURN) {
+                throw .closedDuringHandshake(host: host)
+            }
+            throw .handshakeFailed(host: host, stack)
+        }
+    }
+
+    private func checkALPN() throws(TLSError) {
+        var data: UnsafePointer<UInt8>? = nil
+        var length: UInt32 = 0
+        SSL_get0_alpn_selected(ssl, &data, &length)
+        if let data, length == 2, data[0] == 0x68, data[1] == 0x32 { return }
+        let selected = data.map { String(decoding: UnsafeBufferPointer(start: $0, count: Int(length)), as: UTF8.self) }
+        throw .alpnNotNegotiated(host: host, selected: selected)
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer) -> IOResult {
+        OpenSSLError.clearQueue()
+        let n = SSL_read(ssl, buffer.baseAddress, Int32(buffer.count))
+        if n > 0 { return .bytes(Int(n)) }
+        switch SSL_get_error(ssl, n) {
+        case SSL_ERROR_WANT_READ: return .wantRead
+        case SSL_ERROR_WANT_WRITE: return .wantWrite
+        default: return .closed
+        }
+    }
+
+    func write(_ buffer: UnsafeRawBufferPointer) -> IOResult {
+        if buffer.isEmpty { return .bytes(0) }
+        OpenSSLError.clearQueue()
+        let n = SSL_write(ssl, buffer.baseAddress, Int32(buffer.count))
+        if n > 0 { return .bytes(Int(n)) }
+        switch SSL_get_error(ssl, n) {
+        case SSL_ERROR_WANT_READ: return .wantRead
+        case SSL_ERROR_WANT_WRITE: return .wantWrite
+        default: return .closed
+        }
+    }
+
+    /// Bytes OpenSSL already decrypted and holds for the next `read`.
+    var pendingBytes: Int { Int(SSL_pending(ssl)) }
+
+    func shutdown() {
+        OpenSSLError.clearQueue()
+        _ = SSL_shutdown(ssl)
+        OpenSSLError.clearQueue()
+    }
+}
