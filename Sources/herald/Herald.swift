@@ -4,5 +4,6 @@ import ArgumentParser
 struct Herald: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "herald",
-        abstract: "Delivers Apple push notifications from Redis over pooled HTTP/2 connections.")
+        abstract: "Delivers Apple push notifications from Redis over pooled HTTP/2 connections.",
+        subcommands: [SendCommand.self, MockAPNsCommand.self])
 }

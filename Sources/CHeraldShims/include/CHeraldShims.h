@@ -9,6 +9,8 @@
 #include <netinet/tcp.h>
 #include <netdb.h>
 #include <arpa/inet.h>
+#include <sys/signalfd.h>
+#include <signal.h>
 
 /// Wrappers for OpenSSL function-like macros, which Swift cannot import.
 int herald_SSL_set_tlsext_host_name(SSL *ssl, const char *name);

@@ -1,0 +1,65 @@
+import APNs
+
+/// One injected error: answer `status` with `reason` to a share `rate` (0…1) of valid requests.
+public struct InjectedError: Sendable, Equatable, CustomStringConvertible {
+    public var status: Int
+    public var reason: String
+    public var rate: Double
+
+    public init(status: Int, reason: String, rate: Double) {
+        self.status = status
+        self.reason = reason
+        self.rate = rate
+    }
+
+    /// Parses `STATUS:REASON:RATE`, e.g. `503:ServiceUnavailable:0.01`.
+    public init?(argument: String) {
+        let parts = argument.split(separator: ":")
+        guard parts.count == 3, let status = Int(parts[0]), (100...599).contains(status),
+              let rate = Double(parts[2]), (0...1).contains(rate), !parts[1].isEmpty else { return nil }
+        self.init(status: status, reason: String(parts[1]), rate: rate)
+    }
+
+    public var description: String { "\(status):\(reason):\(rate)" }
+}
+
+/// How the APNs emulator listens, what it checks and which faults it injects.
+public struct MockAPNsConfiguration: Sendable {
+    public var host = "127.0.0.1"
+    /// 0 picks a free port (read it back from the server).
+    public var port = 0
+    /// PEM certificate and key to present; when nil a self-signed pair is generated at start.
+    public var certificateFile: String? = nil
+    public var keyFile: String? = nil
+    /// Where to write the generated certificate so clients can trust it (`--ca-file`).
+    public var certificateOut: String? = nil
+
+    /// The key that signs provider tokens (public key PEM or the `.p8`); nil accepts any
+    /// well-formed token without checking its signature.
+    public var jwtKeyPEM: String? = nil
+    public var teamID: String? = nil
+    public var keyID: String? = nil
+    /// When set, `apns-topic` must be this bundle id plus the push type's suffix.
+    public var bundleID: String? = nil
+
+    /// SETTINGS_MAX_CONCURRENT_STREAMS after the first valid request (connections start at 1).
+    public var maxStreams: UInt32 = 1000
+    /// Delay before each answer.
+    public var latencyMilliseconds: Int64 = 0
+    public var injectedErrors: [InjectedError] = []
+    /// Device tokens starting with this (lowercase hex) are always 410 Unregistered.
+    public var unregisteredPrefix: String? = nil
+    /// Device tokens starting with this get 429 TooManyRequests for their first `throttleCount` requests.
+    public var throttlePrefix: String? = nil
+    public var throttleCount = 1
+    /// Each connection sends GOAWAY (Shutdown) after this many streams.
+    public var goAwayAfterStreams: Int? = nil
+    /// Each connection is dropped without GOAWAY after this many streams.
+    public var disconnectAfterStreams: Int? = nil
+    /// Seed for the injected-error draws (reproducible runs).
+    public var seed: UInt64 = 0x4845_5241_4c44
+    /// Clock for token ages and the 20-minute rule (tests inject a manual one).
+    public var time: TimeSource = .system
+
+    public init() {}
+}

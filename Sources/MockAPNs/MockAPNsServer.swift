@@ -1,0 +1,411 @@
+import APNs
+import Logging
+import Transport
+
+/// Herald's APNs emulator: HTTP/2 over TLS on nghttp2's server API, on one event loop.
+///
+/// It answers like APNs: connections start at one concurrent stream and rise to `maxStreams` after
+/// the first request with a valid provider token; tokens are verified (ES256, key id, team id),
+/// refused when over an hour old, and a connection that changes its token less than 20 minutes
+/// after first using the previous one gets 429 TooManyProviderTokenUpdates. Every request rule
+/// of the APNs reference is checked and answered with APNs' status and JSON reason. Faults are
+/// injected by configuration. Counts are kept per `apns-id` so a test or the load generator can
+/// tell lost and duplicated notifications apart. Loop-confined.
+public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
+    public let loop: EventLoop
+    public let configuration: MockAPNsConfiguration
+    public private(set) var port = 0
+    /// The certificate clients must trust (PEM), generated or loaded.
+    public private(set) var certificatePEM = ""
+
+    private var logger: Logger
+    private var listener: HTTP2Listener?
+    private var tlsContext: TLSContext?
+    private let verifier: ProviderTokenVerifier?
+    private var connections: [ObjectIdentifier: HTTP2ServerConnection] = [:]
+    private var nextConnectionID = 1
+    private var statistics = MockAPNsStatistics()
+    private var acceptedIDs: [UUIDKey: UInt32] = [:]
+    private var throttled: [String: Int] = [:]
+    private var verifiedTokens: [String: Result<ParsedProviderToken, ProviderTokenVerificationFailure>] = [:]
+    private var random: SplitMix64
+    private var delayed: [DelayedAnswer] = []
+    private var delayedHead = 0
+    private var delayTimerArmed = false
+
+    /// Per-connection bookkeeping the emulator keeps in `HTTP2ServerConnection.userState`.
+    final class ConnectionState {
+        var token: String? = nil
+        var tokenFirstUsedAt: Int64 = 0
+        var streamsRaised = false
+        var goAwaySent = false
+    }
+
+    struct DelayedAnswer {
+        let dueAt: Int64
+        weak var connection: HTTP2ServerConnection?
+        let streamID: Int32
+        let answer: Answer
+    }
+
+    struct Answer {
+        var status: Int
+        var reason: String?
+        var timestamp: Int64?
+        var apnsID: String
+        var uuid: UUIDKey?
+    }
+
+    public init(loop: EventLoop, configuration: MockAPNsConfiguration, logger: Logger) throws {
+        self.loop = loop
+        self.configuration = configuration
+        self.logger = logger
+        random = SplitMix64(seed: configuration.seed)
+        if let pem = configuration.jwtKeyPEM {
+            guard let team = configuration.teamID, let key = configuration.keyID else {
+                throw MockAPNsError.configuration("--jwt-key needs --team-id and --key-id to check the token's iss and kid")
+            }
+            verifier = ProviderTokenVerifier(publicKey: try ES256PublicKey(pem: pem), teamID: team, keyID: key)
+        } else {
+            verifier = nil
+        }
+    }
+
+    /// Loads or generates the certificate and starts listening. Loop thread only.
+    public func start() throws {
+        let certificateFile: String
+        let keyFile: String
+        if let cert = configuration.certificateFile, let key = configuration.keyFile {
+            certificateFile = cert
+            keyFile = key
+            certificatePEM = try readTextFile(cert)
+        } else {
+            let generated = try SelfSignedCertificate.generate()
+            let directory = try makeTemporaryDirectory()
+            certificateFile = configuration.certificateOut ?? directory + "/mock-apns.pem"
+            keyFile = directory + "/mock-apns.key"
+            try generated.write(certificateTo: certificateFile, keyTo: keyFile)
+            certificatePEM = generated.certificatePEM
+        }
+        if let out = configuration.certificateOut, out != certificateFile {
+            try writeTextFile(out, certificatePEM)
+        }
+        let context = try TLSContext(serverCertificateFile: certificateFile, keyFile: keyFile)
+        tlsContext = context
+        listener = try HTTP2Listener(loop: loop, host: configuration.host, port: configuration.port) { [weak self] fd in
+            self?.accept(fd)
+        }
+        port = listener!.port
+        logger.info("APNs emulator listening", metadata: [
+            "address": "\(configuration.host):\(port)", "max_streams": "\(configuration.maxStreams)",
+            "verifies_tokens": "\(verifier != nil)",
+        ])
+    }
+
+    /// Stops listening and drops every connection.
+    public func stop() {
+        listener?.close()
+        listener = nil
+        for connection in connections.values { connection.abort() }
+        connections.removeAll()
+    }
+
+    public var currentStatistics: MockAPNsStatistics { statistics }
+
+    /// Forgets every count (between phases of a benchmark).
+    public func resetStatistics() {
+        statistics = MockAPNsStatistics()
+        acceptedIDs.removeAll()
+    }
+
+    /// How many times `apnsID` was accepted.
+    public func acceptedCount(apnsID: String) -> Int {
+        guard let key = UUIDKey(apnsID) else { return 0 }
+        return Int(acceptedIDs[key] ?? 0)
+    }
+
+    private func accept(_ fd: Int32) {
+        guard let tlsContext else { return }
+        do {
+            let connection = try HTTP2ServerConnection(
+                loop: loop, fd: fd, tlsContext: tlsContext, identifier: nextConnectionID, initialMaxConcurrentStreams: 1)
+            nextConnectionID += 1
+            connection.userState = ConnectionState()
+            connection.delegate = self
+            connections[ObjectIdentifier(connection)] = connection
+            statistics.connections += 1
+        } catch {
+            logger.warning("could not accept a connection", metadata: ["error": "\(error)"])
+        }
+    }
+
+    public func connectionClosed(_ connection: HTTP2ServerConnection, error: ConnectionError?) {
+        connections[ObjectIdentifier(connection)] = nil
+    }
+
+    // MARK: requests
+
+    public func connection(_ connection: HTTP2ServerConnection, received request: HTTP2ServerRequest) {
+        statistics.streams += 1
+        let state = connection.userState as! ConnectionState
+        if request.path == "/_herald/stats" && request.method == "GET" {
+            connection.respond(streamID: request.streamID, status: 200, headers: [], body: Array(statistics.json().utf8))
+            return
+        }
+        if let limit = configuration.disconnectAfterStreams, connection.streamsReceived >= limit {
+            statistics.disconnects += 1
+            connection.abort()
+            return
+        }
+        let answer = evaluate(request, state: state)
+        if answer.status == 200, !state.streamsRaised {
+            state.streamsRaised = true
+            connection.setMaxConcurrentStreams(configuration.maxStreams)
+        }
+        if let limit = configuration.goAwayAfterStreams, connection.streamsReceived >= limit, !state.goAwaySent {
+            state.goAwaySent = true
+            statistics.goAwaysSent += 1
+            connection.sendGoAway(lastStreamID: request.streamID, reasonJSON: "{\"reason\":\"Shutdown\"}")
+        }
+        if configuration.latencyMilliseconds > 0 {
+            delayed.append(DelayedAnswer(dueAt: loop.now + configuration.latencyMilliseconds, connection: connection, streamID: request.streamID, answer: answer))
+            armDelayTimer()
+        } else {
+            send(answer, on: connection, streamID: request.streamID)
+        }
+    }
+
+    private func armDelayTimer() {
+        guard !delayTimerArmed, delayedHead < delayed.count else { return }
+        delayTimerArmed = true
+        // Latency is constant, so answers fall due in arrival order: one timer for the head.
+        loop.schedule(afterMilliseconds: delayed[delayedHead].dueAt - loop.now) { [weak self] in
+            guard let self else { return }
+            self.delayTimerArmed = false
+            while self.delayedHead < self.delayed.count, self.delayed[self.delayedHead].dueAt <= self.loop.now {
+                let item = self.delayed[self.delayedHead]
+                self.delayedHead += 1
+                if let connection = item.connection, connection.isOpen {
+                    self.send(item.answer, on: connection, streamID: item.streamID)
+                }
+            }
+            if self.delayedHead == self.delayed.count {
+                self.delayed.removeAll(keepingCapacity: true)
+                self.delayedHead = 0
+            } else if self.delayedHead > 4096 {
+                self.delayed.removeFirst(self.delayedHead)
+                self.delayedHead = 0
+            }
+            self.armDelayTimer()
+        }
+    }
+
+    private func send(_ answer: Answer, on connection: HTTP2ServerConnection, streamID: Int32) {
+        // Counted when answered: an answer lost with its connection was not delivered.
+        if answer.status == 200 {
+            statistics.accepted += 1
+            if let uuid = answer.uuid {
+                let previous = acceptedIDs[uuid] ?? 0
+                acceptedIDs[uuid] = previous + 1
+                if previous == 0 { statistics.acceptedUnique += 1 } else { statistics.duplicates += 1 }
+            } else {
+                statistics.acceptedWithoutID += 1
+            }
+            connection.respond(streamID: streamID, status: 200, headers: [("apns-id", answer.apnsID)], body: [])
+            return
+        }
+        let reason = answer.reason ?? "Unknown"
+        statistics.rejected[reason, default: 0] += 1
+        var body = "{\"reason\":\"\(reason)\""
+        if let timestamp = answer.timestamp { body += ",\"timestamp\":\(timestamp)" }
+        body += "}"
+        connection.respond(streamID: streamID, status: answer.status, headers: [("apns-id", answer.apnsID)], body: Array(body.utf8))
+    }
+
+    /// Applies APNs' request rules in the order APNs reports them, then the injected faults.
+    func evaluate(_ request: HTTP2ServerRequest, state: ConnectionState) -> Answer {
+        let headerAPNsID = request.header("apns-id")
+        let uuid = headerAPNsID.value.flatMap(UUIDKey.init)
+        var answer = Answer(status: 200, reason: nil, timestamp: nil, apnsID: headerAPNsID.value ?? generatedID(), uuid: uuid)
+        func reject(_ status: Int, _ reason: String) -> Answer {
+            answer.status = status
+            answer.reason = reason
+            return answer
+        }
+        guard request.method == "POST" else { return reject(405, "MethodNotAllowed") }
+        let prefix = "/3/device/"
+        guard request.path.hasPrefix(prefix) else { return reject(404, "BadPath") }
+        let token = String(request.path.dropFirst(prefix.count))
+        if token.isEmpty { return reject(400, "MissingDeviceToken") }
+        var names = Set<String>()
+        for field in request.headers where field.name.hasPrefix("apns-") || field.name == "authorization" {
+            if !names.insert(field.name).inserted { return reject(400, "DuplicateHeaders") }
+        }
+        if let value = headerAPNsID.value, uuid == nil || !UUIDString.isCanonical(value) { return reject(400, "BadMessageId") }
+
+        // Credentials.
+        guard let authorization = request.header("authorization").value, authorization.hasPrefix("bearer ") else {
+            return reject(403, "MissingProviderToken")
+        }
+        let jwt = String(authorization.dropFirst(7))
+        let now = configuration.time.nowMilliseconds()
+        let parsed: ParsedProviderToken
+        switch verify(jwt) {
+        case .success(let token): parsed = token
+        case .failure: return reject(403, "InvalidProviderToken")
+        }
+        if now / 1000 - parsed.iat > 3600 { return reject(403, "ExpiredProviderToken") }
+        if state.token != jwt {
+            if state.token != nil, now - state.tokenFirstUsedAt < 20 * 60_000 {
+                return reject(429, "TooManyProviderTokenUpdates")
+            }
+            state.token = jwt
+            state.tokenFirstUsedAt = now
+        }
+
+        // Headers and payload, through Herald's own rules.
+        guard let topic = request.header("apns-topic").value, !topic.isEmpty else { return reject(400, "MissingTopic") }
+        let pushTypeText = request.header("apns-push-type").value ?? "alert"
+        guard let pushType = PushType(rawValue: pushTypeText) else { return reject(400, "InvalidPushType") }
+        if let bundle = configuration.bundleID, topic != pushType.topic(bundleID: bundle) {
+            return reject(400, "TopicDisallowed")
+        }
+        if configuration.bundleID == nil, !pushType.topicSuffix.isEmpty, !topic.hasSuffix(pushType.topicSuffix) {
+            return reject(400, "BadTopic")
+        }
+        var priority: Priority? = nil
+        if let text = request.header("apns-priority").value {
+            guard let value = Int(text), let parsedPriority = Priority(rawValue: value) else { return reject(400, "BadPriority") }
+            priority = parsedPriority
+        }
+        var expiration: Int64? = nil
+        if let text = request.header("apns-expiration").value {
+            guard let value = Int64(text) else { return reject(400, "BadExpirationDate") }
+            expiration = value
+        }
+        if request.bodyTruncated { return reject(413, "PayloadTooLarge") }
+        let notification = Notification(
+            deviceToken: token, topic: topic, pushType: pushType, priority: priority, expiration: expiration,
+            collapseID: request.header("apns-collapse-id").value, apnsID: headerAPNsID.value, payload: request.body)
+        do {
+            try notification.validate()
+        } catch {
+            let (status, reason) = MockAPNsServer.apnsAnswer(for: error)
+            return reject(status, reason)
+        }
+
+        // Injected faults.
+        let lowerToken = token.lowercased()
+        if let dead = configuration.unregisteredPrefix, lowerToken.hasPrefix(dead) {
+            answer = reject(410, "Unregistered")
+            answer.timestamp = now
+            return answer
+        }
+        if let throttle = configuration.throttlePrefix, lowerToken.hasPrefix(throttle) {
+            let seen = throttled[lowerToken, default: 0]
+            throttled[lowerToken] = seen + 1
+            if seen < configuration.throttleCount { return reject(429, "TooManyRequests") }
+        }
+        if !configuration.injectedErrors.isEmpty {
+            let draw = Double(random.next() >> 11) / Double(1 << 53)
+            var threshold = 0.0
+            for error in configuration.injectedErrors {
+                threshold += error.rate
+                if draw < threshold {
+                    answer = reject(error.status, error.reason)
+                    if error.status == 410 { answer.timestamp = now }
+                    return answer
+                }
+            }
+        }
+        return answer
+    }
+
+    private func verify(_ jwt: String) -> Result<ParsedProviderToken, ProviderTokenVerificationFailure> {
+        if let cached = verifiedTokens[jwt] { return cached }
+        let result: Result<ParsedProviderToken, ProviderTokenVerificationFailure>
+        if let verifier {
+            result = verifier.verify(jwt)
+        } else {
+            do { result = .success(try ParsedProviderToken.parse(jwt)) } catch { result = .failure(.malformed(error)) }
+        }
+        statistics.tokensVerified += 1
+        if verifiedTokens.count > 256 { verifiedTokens.removeAll() }
+        verifiedTokens[jwt] = result
+        return result
+    }
+
+    /// APNs' status and reason for a request that breaks one of Herald's validation rules.
+    /// APNs has no reason for malformed JSON or Live Activity fields; the emulator says `BadPayload`.
+    static func apnsAnswer(for error: NotificationError) -> (Int, String) {
+        switch error {
+        case .missingDeviceToken: return (400, "MissingDeviceToken")
+        case .badDeviceToken, .deviceTokenOddLength: return (400, "BadDeviceToken")
+        case .missingTopic: return (400, "MissingTopic")
+        case .badTopic: return (400, "BadTopic")
+        case .badPriority: return (400, "BadPriority")
+        case .badExpiration: return (400, "BadExpirationDate")
+        case .emptyCollapseID, .collapseIDTooLong, .collapseIDHasControlCharacter: return (400, "BadCollapseId")
+        case .badAPNsID: return (400, "BadMessageId")
+        case .payloadEmpty: return (400, "PayloadEmpty")
+        case .payloadTooLarge: return (413, "PayloadTooLarge")
+        default: return (400, "BadPayload")
+        }
+    }
+
+    private func generatedID() -> String {
+        UUIDString.make(high: random.next(), low: random.next())
+    }
+}
+
+public enum MockAPNsError: Error, CustomStringConvertible {
+    case configuration(String)
+    case file(String)
+
+    public var description: String {
+        switch self {
+        case .configuration(let message): return message
+        case .file(let message): return message
+        }
+    }
+}
+
+/// A UUID as 128 bits: the key of the emulator's per-`apns-id` counts.
+struct UUIDKey: Hashable {
+    let high: UInt64
+    let low: UInt64
+
+    init?(_ text: String) {
+        var high: UInt64 = 0
+        var low: UInt64 = 0
+        var digits = 0
+        for byte in text.utf8 {
+            if byte == 0x2D { continue }
+            let value: UInt8
+            switch byte {
+            case 0x30...0x39: value = byte - 0x30
+            case 0x61...0x66: value = byte - 0x61 + 10
+            case 0x41...0x46: value = byte - 0x41 + 10
+            default: return nil
+            }
+            if digits < 16 { high = high << 4 | UInt64(value) } else { low = low << 4 | UInt64(value) }
+            digits += 1
+        }
+        guard digits == 32 else { return nil }
+        self.high = high
+        self.low = low
+    }
+}
+
+/// A small, fast, seedable generator for reproducible fault injection.
+struct SplitMix64: RandomNumberGenerator {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}

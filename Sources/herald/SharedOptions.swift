@@ -1,0 +1,118 @@
+import APNs
+import ArgumentParser
+import Glibc
+import Logging
+import Transport
+import Worker
+
+/// Reads `HERALD_<NAME>` from the environment: every flag below has one, flags win.
+func environment(_ name: String) -> String? {
+    guard let value = getenv("HERALD_" + name) else { return nil }
+    let text = String(cString: value)
+    return text.isEmpty ? nil : text
+}
+
+enum APNsEnvironment: String, ExpressibleByArgument, CaseIterable {
+    case production, sandbox
+}
+
+/// Where APNs is and how many connections and streams to use.
+struct APNsTargetOptions: ParsableArguments {
+    @Option(help: "APNs environment: production or sandbox (env HERALD_ENVIRONMENT).")
+    var environment: APNsEnvironment?
+
+    @Option(name: .customLong("apns-host"), help: "Override the APNs host, e.g. 127.0.0.1 for the emulator (env HERALD_APNS_HOST).")
+    var apnsHost: String?
+
+    @Option(name: .customLong("apns-port"), help: "Override the APNs port (env HERALD_APNS_PORT; default 443).")
+    var apnsPort: Int?
+
+    @Option(name: .customLong("ca-file"), help: "An extra trusted CA certificate (PEM), e.g. the emulator's (env HERALD_CA_FILE). Verification is always on.")
+    var caFile: String?
+
+    @Option(help: "HTTP/2 connections per app (env HERALD_CONNECTIONS).")
+    var connections: Int?
+
+    @Option(name: .customLong("max-streams"), help: "Herald's cap on concurrent streams per connection (env HERALD_MAX_STREAMS).")
+    var maxStreams: Int?
+
+    func poolConfiguration() throws -> PoolConfiguration {
+        let environmentName = environment?.rawValue ?? Herald.environmentValue("ENVIRONMENT") ?? "production"
+        guard let apnsEnvironment = APNsEnvironment(rawValue: environmentName) else {
+            throw ValidationError("HERALD_ENVIRONMENT must be production or sandbox, not \(environmentName)")
+        }
+        let host = apnsHost ?? environmentValue("APNS_HOST")
+            ?? (apnsEnvironment == .production ? PoolConfiguration.productionHost : PoolConfiguration.sandboxHost)
+        let port = try apnsPort ?? intEnvironment("APNS_PORT") ?? 443
+        let connections = try connections ?? intEnvironment("CONNECTIONS") ?? 4
+        let maxStreams = try maxStreams ?? intEnvironment("MAX_STREAMS") ?? 1000
+        guard (1...64).contains(connections) else { throw ValidationError("--connections must be 1 to 64") }
+        guard (1...10_000).contains(maxStreams) else { throw ValidationError("--max-streams must be 1 to 10000") }
+        return PoolConfiguration(host: host, port: port, connections: connections, maxStreams: maxStreams,
+                                 caFile: caFile ?? environmentValue("CA_FILE"))
+    }
+}
+
+/// The provider-token credentials of one app.
+struct CredentialsOptions: ParsableArguments {
+    @Option(name: .customLong("team-id"), help: "Apple developer team id, 10 characters (env HERALD_TEAM_ID).")
+    var teamID: String?
+
+    @Option(name: .customLong("key-id"), help: "Key id of the .p8 signing key, 10 characters (env HERALD_KEY_ID).")
+    var keyID: String?
+
+    @Option(name: .customLong("key-file"), help: "Path of the .p8 provider-token key (env HERALD_KEY_FILE).")
+    var keyFile: String?
+
+    @Option(name: .customLong("token-refresh-minutes"), help: "Provider-token refresh interval, 20 to 60 minutes (env HERALD_TOKEN_REFRESH_MINUTES).")
+    var tokenRefreshMinutes: Int?
+
+    /// The token source, or an error that says exactly what is missing and how to try locally.
+    func tokenSource(time: TimeSource, logger: Logger) throws -> ProviderTokenSource {
+        let team = teamID ?? environmentValue("TEAM_ID")
+        let key = keyID ?? environmentValue("KEY_ID")
+        let file = keyFile ?? environmentValue("KEY_FILE")
+        var missing: [String] = []
+        if team == nil { missing.append("--team-id (HERALD_TEAM_ID)") }
+        if key == nil { missing.append("--key-id (HERALD_KEY_ID)") }
+        if file == nil { missing.append("--key-file (HERALD_KEY_FILE)") }
+        guard let team, let key, let file else {
+            throw ValidationError("""
+                no APNs credentials: missing \(missing.joined(separator: ", ")).
+                To try Herald locally without Apple credentials, run `make demo`, or start the emulator \
+                with `herald mock-apns --cert-out /tmp/mock.pem --write-key /tmp/mock.p8` and point Herald at it \
+                with --apns-host 127.0.0.1 --apns-port <port> --ca-file /tmp/mock.pem --key-file /tmp/mock.p8 \
+                --team-id TEAM000001 --key-id KEY0000001.
+                """)
+        }
+        let privateKey = try ES256PrivateKey(pemFile: file)
+        let signer = try ProviderTokenSigner(teamID: team, keyID: key, key: privateKey)
+        let minutes = try tokenRefreshMinutes ?? intEnvironment("TOKEN_REFRESH_MINUTES") ?? ProviderTokenSource.defaultRefreshMinutes
+        return try ProviderTokenSource(signer: signer, refreshMinutes: minutes, time: time, logger: logger)
+    }
+}
+
+func environmentValue(_ name: String) -> String? { environment(name) }
+
+func intEnvironment(_ name: String) throws -> Int? {
+    guard let text = environment(name) else { return nil }
+    guard let value = Int(text) else { throw ValidationError("HERALD_\(name) must be a whole number, not \(text)") }
+    return value
+}
+
+extension Herald {
+    static func environmentValue(_ name: String) -> String? { environment(name) }
+}
+
+/// Logging to standard error, at the level `--log-level` or HERALD_LOG_LEVEL says.
+func makeLogger(label: String, level: String?) -> Logger {
+    LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
+    var logger = Logger(label: label)
+    logger.logLevel = Logger.Level(rawValue: level ?? environment("LOG_LEVEL") ?? "info") ?? .info
+    return logger
+}
+
+/// A device token shortened for logs and output: the first 8 hex digits.
+func redacted(_ token: String) -> String {
+    token.count <= 8 ? token : String(token.prefix(8)) + "…"
+}
