@@ -1,0 +1,59 @@
+/// One notification as Herald will send it: the device it goes to, the APNs headers, and the
+/// JSON payload.
+///
+/// Built by the job decoder from a Redis entry, checked with `validate()` before it is queued,
+/// and turned into an HTTP/2 request by the transport (`POST /3/device/<deviceToken>`).
+public struct Notification: Sendable {
+    /// The device token as hex text. Either case is accepted; see `normalizedDeviceToken`.
+    public var deviceToken: String
+    /// `apns-topic`: usually `pushType.topic(bundleID:)`.
+    public var topic: String
+    /// `apns-push-type`.
+    public var pushType: PushType
+    /// `apns-priority`; `nil` means `pushType.defaultPriority` (see `effectivePriority`).
+    public var priority: Priority?
+    /// `apns-expiration` in UNIX seconds; `0` means try once and don't store; `nil` means APNs
+    /// stores it for its usual time.
+    public var expiration: Int64?
+    /// `apns-collapse-id`: a newer notification with the same id replaces the older one on the device.
+    public var collapseID: String?
+    /// `apns-id`: a canonical lowercase UUID; APNs generates one when absent.
+    public var apnsID: String?
+    /// The UTF-8 JSON text of the payload.
+    public var payload: [UInt8]
+
+    public init(
+        deviceToken: String,
+        topic: String,
+        pushType: PushType,
+        priority: Priority? = nil,
+        expiration: Int64? = nil,
+        collapseID: String? = nil,
+        apnsID: String? = nil,
+        payload: [UInt8]
+    ) {
+        self.deviceToken = deviceToken
+        self.topic = topic
+        self.pushType = pushType
+        self.priority = priority
+        self.expiration = expiration
+        self.collapseID = collapseID
+        self.apnsID = apnsID
+        self.payload = payload
+    }
+
+    /// The priority to write in `apns-priority`: the one given, else the push type's default.
+    /// Always send it, because APNs' own default (10) is wrong for `background`.
+    public var effectivePriority: Priority {
+        priority ?? pushType.defaultPriority
+    }
+
+    /// The device token in lowercase hex, the form to put in the request path and in dead-token
+    /// reports so that one device always has one spelling. Returns `deviceToken` itself, without
+    /// allocating, when it has no uppercase letters.
+    public var normalizedDeviceToken: String {
+        guard deviceToken.utf8.contains(where: { $0 &- UInt8(ascii: "A") < 26 }) else { return deviceToken }
+        return String(
+            decoding: deviceToken.utf8.map { $0 &- UInt8(ascii: "A") < 26 ? $0 | 0x20 : $0 }, as: UTF8.self)
+    }
+}

@@ -1,0 +1,148 @@
+/// Why a notification cannot be sent as it is: one case per rule that `Notification.validate()`
+/// checks.
+///
+/// The job pipeline writes `code` and `description` into the dead-letter entry, so that a
+/// backend developer learns what to fix without Herald ever sending the notification to APNs.
+/// Descriptions name the offending value where that is safe: at most the first 8 characters of
+/// a device token, never more of a payload than its size and where its syntax broke.
+public enum NotificationError: Error, Equatable, Sendable, CustomStringConvertible {
+    case missingDeviceToken
+    /// The token has a character other than `0-9a-fA-F` at `offset`.
+    case badDeviceToken(tokenPrefix: String, offset: Int)
+    case deviceTokenOddLength(tokenPrefix: String, length: Int)
+    case missingTopic
+    /// The topic has a space, a control character or a non-ASCII character.
+    case badTopic(String)
+    case badPriority(Priority, pushType: PushType)
+    case badExpiration(Int64)
+    case emptyCollapseID
+    case collapseIDTooLong(byteCount: Int)
+    case collapseIDHasControlCharacter
+    case badAPNsID(String)
+    case payloadEmpty
+    case payloadTooLarge(byteCount: Int, limit: Int)
+    case payloadNotJSON(JSONScanner.SyntaxError)
+    case payloadNotObject(found: JSONScanner.Value.Kind)
+    case liveActivityMissingAPS
+    case liveActivityMissingTimestamp
+    case liveActivityBadTimestamp(found: JSONScanner.Value.Kind)
+    case liveActivityMissingEvent
+    /// `aps.event` is not one of `start`, `update`, `end`; the hint is a short excerpt or the JSON type found.
+    case liveActivityBadEvent(hint: String)
+    case liveActivityStartMissingAttributesType
+    case liveActivityStartMissingAttributes
+
+    /// A stable snake_case word for machines: dead-letter entries, metrics labels, alerts.
+    public var code: String {
+        switch self {
+        case .missingDeviceToken: "missing_device_token"
+        case .badDeviceToken: "bad_device_token"
+        case .deviceTokenOddLength: "device_token_odd_length"
+        case .missingTopic: "missing_topic"
+        case .badTopic: "bad_topic"
+        case .badPriority: "bad_priority"
+        case .badExpiration: "bad_expiration"
+        case .emptyCollapseID: "empty_collapse_id"
+        case .collapseIDTooLong: "collapse_id_too_long"
+        case .collapseIDHasControlCharacter: "collapse_id_control_character"
+        case .badAPNsID: "bad_apns_id"
+        case .payloadEmpty: "payload_empty"
+        case .payloadTooLarge: "payload_too_large"
+        case .payloadNotJSON: "payload_not_json"
+        case .payloadNotObject: "payload_not_object"
+        case .liveActivityMissingAPS: "live_activity_missing_aps"
+        case .liveActivityMissingTimestamp: "live_activity_missing_timestamp"
+        case .liveActivityBadTimestamp: "live_activity_bad_timestamp"
+        case .liveActivityMissingEvent: "live_activity_missing_event"
+        case .liveActivityBadEvent: "live_activity_bad_event"
+        case .liveActivityStartMissingAttributesType: "live_activity_start_missing_attributes_type"
+        case .liveActivityStartMissingAttributes: "live_activity_start_missing_attributes"
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .missingDeviceToken:
+            "The device token is empty."
+        case .badDeviceToken(let prefix, let offset):
+            "The device token \(Self.quoted(prefix)) has a character that is not hex at position \(offset)."
+        case .deviceTokenOddLength(let prefix, let length):
+            "The device token \(Self.quoted(prefix)) has \(length) hex digits; "
+                + "a token is whole bytes, so the count must be even."
+        case .missingTopic:
+            "The topic (apns-topic) is empty; it is the app's bundle id plus the push type's suffix."
+        case .badTopic(let topic):
+            "The topic \(Self.quoted(topic)) contains a space, a control character or a non-ASCII character."
+        case .badPriority(let priority, let pushType):
+            "Priority \(priority.rawValue) is not allowed for push type \(pushType.rawValue); allowed: "
+                + pushType.allowedPriorities.map(\.rawValue).sorted().map(String.init).joined(separator: ", ") + "."
+        case .badExpiration(let expiration):
+            "The expiration \(expiration) is negative; it is UNIX seconds, or 0 to try once without storing."
+        case .emptyCollapseID:
+            "The collapse id is empty; leave it out instead."
+        case .collapseIDTooLong(let byteCount):
+            "The collapse id is \(byteCount) bytes of UTF-8; APNs allows at most 64."
+        case .collapseIDHasControlCharacter:
+            "The collapse id contains a control character."
+        case .badAPNsID(let id):
+            "The apns-id \(Self.quoted(id)) is not a lowercase UUID like 123e4567-e89b-12d3-a456-426614174000."
+        case .payloadEmpty:
+            "The payload is empty; it must be a JSON object such as {\"aps\":{…}}."
+        case .payloadTooLarge(let byteCount, let limit):
+            "The payload is \(byteCount) bytes; this push type allows at most \(limit)."
+        case .payloadNotJSON(let error):
+            "The payload is not valid JSON: \(error)."
+        case .payloadNotObject(let kind):
+            "The payload is JSON but \(Self.article(kind)), not an object."
+        case .liveActivityMissingAPS:
+            "A Live Activity payload needs an \"aps\" object."
+        case .liveActivityMissingTimestamp:
+            "A Live Activity payload needs aps.timestamp (UNIX seconds)."
+        case .liveActivityBadTimestamp(let kind):
+            "aps.timestamp must be a number (UNIX seconds), not \(Self.article(kind))."
+        case .liveActivityMissingEvent:
+            "A Live Activity payload needs aps.event: start, update or end."
+        case .liveActivityBadEvent(let hint):
+            "aps.event is \(hint); it must be start, update or end."
+        case .liveActivityStartMissingAttributesType:
+            "A Live Activity start needs aps[\"attributes-type\"], the name of the attributes struct, as a string."
+        case .liveActivityStartMissingAttributes:
+            "A Live Activity start needs aps.attributes as an object."
+        }
+    }
+
+    /// The first 8 characters of a device token, with "…" when there are more: enough to find
+    /// the job, too little to be a usable token in a log.
+    static func tokenPrefix(_ token: String) -> String {
+        var prefix = String(token.unicodeScalars.prefix(8))
+        if token.unicodeScalars.count > 8 { prefix += "…" }
+        return prefix
+    }
+
+    /// At most `limit` characters of `text`, with "…" when there are more.
+    static func excerpt(_ text: String, limit: Int) -> String {
+        var excerpt = String(text.unicodeScalars.prefix(limit))
+        if text.unicodeScalars.count > limit { excerpt += "…" }
+        return excerpt
+    }
+
+    /// `text` in double quotes, control and invisible characters escaped so a log line stays one line.
+    static func quoted(_ text: String) -> String {
+        var quoted = "\""
+        for scalar in text.unicodeScalars {
+            quoted += scalar.escaped(asASCII: false)
+        }
+        return quoted + "\""
+    }
+
+    static func article(_ kind: JSONScanner.Value.Kind) -> String {
+        switch kind {
+        case .object: "an object"
+        case .array: "an array"
+        case .string: "a string"
+        case .number: "a number"
+        case .boolean: "a boolean"
+        case .null: "null"
+        }
+    }
+}
