@@ -1,0 +1,71 @@
+import Testing
+
+@testable import APNs
+
+@Suite struct UUIDStringTests {
+    @Test(arguments: [
+        "123e4567-e89b-12d3-a456-426614174000", "00000000-0000-0000-0000-000000000000",
+        "ffffffff-ffff-ffff-ffff-ffffffffffff",
+    ])
+    func canonicalUUIDsAreAccepted(text: String) {
+        #expect(UUIDString.isCanonical(text))
+    }
+
+    @Test(arguments: [
+        "", "123E4567-E89B-12D3-A456-426614174000", "123e4567-e89b-12d3-a456-42661417400",
+        "123e4567-e89b-12d3-a456-4266141740000",
+        "123e4567e89b-12d3-a456-4266141740000", "123e4567-e89b-12d3-a456_426614174000",
+        "123e4567-e89b-12d3-a4564-26614174000",
+        "g23e4567-e89b-12d3-a456-426614174000", "{23e4567-e89b-12d3-a456-42661417400}",
+        "123e4567-e89b-12d3-a456-42661417400é",
+        "123e4567-e89b-12d3-a456-426614174000\n", "------------------------------------",
+    ])
+    func nonCanonicalTextIsRejected(text: String) {
+        #expect(!UUIDString.isCanonical(text))
+    }
+
+    @Test func makeLaysOutTheBitsAroundVersionAndVariant() {
+        #expect(UUIDString.make(high: 0, low: 0) == "00000000-0000-8000-8000-000000000000")
+        #expect(
+            UUIDString.make(high: 0x0123_4567_89AB_CDEF, low: 0x0123_4567_89AB_CDEF)
+                == "12345678-9abc-8def-8123-456789abcdef")
+        #expect(UUIDString.make(high: .max, low: .max) == "ffffffff-ffff-8fff-bfff-ffffffffffff")
+    }
+
+    @Test func makeIsDeterministic() {
+        #expect(UUIDString.make(high: 1_700_000_000_123, low: 7) == UUIDString.make(high: 1_700_000_000_123, low: 7))
+    }
+
+    @Test(arguments: [
+        (UInt64(0), UInt64(0)), (1_700_000_000_123, 0), (.max, 1), (0x8000_0000_0000_0000, .max), (12345, 67890),
+    ])
+    func madeUUIDsAreCanonicalVersion8(high: UInt64, low: UInt64) {
+        let text = UUIDString.make(high: high, low: low)
+        #expect(UUIDString.isCanonical(text))
+        let characters = Array(text)
+        #expect(characters[14] == "8")
+        #expect("89ab".contains(characters[19]))
+    }
+
+    @Test func redisEntryIDsNeverShareAUUID() {
+        var seen = Set<String>()
+        for milliseconds in UInt64(1_700_000_000_000)..<1_700_000_000_050 {
+            for sequence in UInt64(0)..<40 {
+                seen.insert(UUIDString.make(high: milliseconds, low: sequence))
+            }
+        }
+        // Neighbouring bits on either side of the version nibble, and the top kept bits.
+        for bit in [UInt64(0), 11, 12, 13, 15, 16, 59] {
+            seen.insert(UUIDString.make(high: 1 << bit, low: 0))
+        }
+        for bit in [UInt64(0), 61] {
+            seen.insert(UUIDString.make(high: 0, low: 1 << bit))
+        }
+        #expect(seen.count == 50 * 40 + 7 + 2)
+    }
+
+    @Test func droppedTopBitsAreDocumentedCollisions() {
+        #expect(UUIDString.make(high: 1 << 60, low: 0) == UUIDString.make(high: 0, low: 0))
+        #expect(UUIDString.make(high: 0, low: 1 << 62) == UUIDString.make(high: 0, low: 0))
+    }
+}
