@@ -165,7 +165,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         if let limit = configuration.goAwayAfterStreams, connection.streamsReceived >= limit, !state.goAwaySent {
             state.goAwaySent = true
             statistics.goAwaysSent += 1
-            connection.sendGoAway(lastStreamID: request.streamID, reasonJSON: "{\"reason\":\"Shutdown\"}")
+            connection.sendGoAway(lastStreamID: connection.lastStreamID, reasonJSON: "{\"reason\":\"Shutdown\"}")
         }
         if configuration.latencyMilliseconds > 0 {
             delayed.append(DelayedAnswer(dueAt: loop.now + configuration.latencyMilliseconds, connection: connection, streamID: request.streamID, answer: answer))

@@ -1,0 +1,114 @@
+import APNs
+import MockAPNs
+import Testing
+import Transport
+import Worker
+
+extension IntegrationTests {
+    /// Volume, stream limits and connection churn: every notification is counted on both sides.
+    @Suite
+    struct Delivery {
+        @Test
+        func thousandsMultiplexedOverFewConnections() async throws {
+            let bed = try await TestBed()
+            defer { bed.shutdown() }
+            let count = 20_000
+            try await bed.onLoop { bed in
+                try bed.startPool(connections: 2, maxStreams: 500)
+                bed.enqueue(count)
+            }
+            let finished = await bed.waitForAllOutcomes()
+            let state = try await bed.onLoop { $0.snapshot() }
+            try #require(finished, "not every notification reached an outcome: \(state)")
+
+            #expect(state.finals == count && state.extraOutcomes == 0, "\(state)")
+            #expect(state.accepted == count, "\(state)")
+            #expect(state.acceptedOnce == count && state.acceptedMoreThanOnce == 0, "\(state)")
+            #expect(state.emulator.accepted == count && state.emulator.duplicates == 0, "\(state)")
+            #expect(state.emulator.rejectedTotal == 0, "\(state)")
+            #expect(state.disagreements == 0)
+            // Two connections, kept open: a reconnect or two at most.
+            #expect(state.emulator.connections <= 4, "\(state)")
+            // Multiplexing: many streams at once on one connection, never more than Herald's cap.
+            #expect(state.maxInFlightOnOneConnection > 1, "\(state)")
+            #expect(state.maxInFlightOnOneConnection <= 500, "\(state)")
+        }
+
+        @Test
+        func streamLimitStartsAtOneAndRises() async throws {
+            let bed = try await TestBed { $0.maxStreams = 300 }
+            defer { bed.shutdown() }
+            let count = 3_000
+            try await bed.onLoop { bed in
+                try bed.startPool(connections: 1, maxStreams: 500)
+                bed.enqueue(count)
+            }
+            let finished = await bed.waitForAllOutcomes()
+            let state = try await bed.onLoop { $0.snapshot() }
+            try #require(finished, "not every notification reached an outcome: \(state)")
+
+            // APNs (and the emulator) allow one stream until a request with a valid token succeeds.
+            #expect(!state.limitsWhenReady.isEmpty, "\(state)")
+            #expect(state.limitsWhenReady.allSatisfy { $0 == 1 }, "peer limits when ready: \(state.limitsWhenReady)")
+            #expect(state.slotsWhenReady.allSatisfy { $0 <= 1 }, "slots when ready: \(state.slotsWhenReady)")
+            #expect(state.maxInFlightBeforeFirstAnswer == 1, "\(state)")
+            // The emulator raised the limit with the first 200 (its SETTINGS precede that answer).
+            #expect(state.limitsAtFirstAccepted == [300], "limits at the first 200: \(String(describing: state.limitsAtFirstAccepted))")
+            #expect(state.peerLimits.allSatisfy { $0 == 300 }, "\(state)")
+            // Herald used the raised limit but never exceeded the peer's (below its own cap of 500).
+            #expect(state.maxInFlightOnOneConnection == 300, "\(state)")
+            #expect(state.accepted == count && state.acceptedOnce == count, "\(state)")
+            #expect(state.emulator.accepted == count && state.emulator.duplicates == 0, "\(state)")
+        }
+
+        @Test
+        func goAwayMidFlightLosesNothing() async throws {
+            let bed = try await TestBed { $0.goAwayAfterStreams = 700 }
+            defer { bed.shutdown() }
+            let count = 10_000
+            try await bed.onLoop { bed in
+                try bed.startPool(connections: 2, maxStreams: 200)
+                bed.enqueue(count)
+            }
+            let finished = await bed.waitForAllOutcomes()
+            let state = try await bed.onLoop { $0.snapshot() }
+            try #require(finished, "not every notification reached an outcome: \(state)")
+
+            #expect(state.finals == count && state.extraOutcomes == 0, "\(state)")
+            #expect(state.accepted == count, "\(state)")
+            #expect(state.acceptedOnce == count, "\(state)")
+            #expect(state.emulator.accepted == count, "\(state)")
+            #expect(state.emulator.duplicates == 0, "\(state)")
+            #expect(state.disagreements == 0, "\(state)")
+            #expect(state.emulator.goAwaysSent >= 1, "\(state)")
+            #expect(state.goAwaysReceived >= 1, "\(state)")
+            #expect(state.connectionsOpened > 2, "\(state)")
+        }
+
+        @Test
+        func droppedConnectionIsReestablished() async throws {
+            let bed = try await TestBed { $0.disconnectAfterStreams = 500 }
+            defer { bed.shutdown() }
+            let count = 3_000
+            try await bed.onLoop { bed in
+                // When both connections are down at once the pool hands back what it held; the
+                // caller resends it, as Herald's pipeline does.
+                try bed.startPool(connections: 2, maxStreams: 100, retryPolicy: .resend(upTo: 5))
+                bed.enqueue(count)
+            }
+            let finished = await bed.waitForAllOutcomes()
+            let state = try await bed.onLoop { $0.snapshot() }
+            try #require(finished, "not every notification reached an outcome: \(state)")
+
+            #expect(state.finals == count && state.extraOutcomes == 0, "\(state)")
+            #expect(state.accepted == count, "\(state)")
+            #expect(state.emulator.acceptedUnique == count, "\(state)")
+            #expect(state.neverAccepted == 0 && state.disagreements == 0, "\(state)")
+            #expect(state.emulator.disconnects >= 1, "\(state)")
+            #expect(state.connectionsOpened > 2, "\(state)")
+            // A duplicate is possible only for a request in flight when its connection dropped
+            // (answered by the emulator, answer lost with the connection), so only for resends.
+            #expect(state.emulator.duplicates <= state.poolResends + state.callerResends, "\(state)")
+        }
+    }
+}
