@@ -40,6 +40,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings),
+        // Redis schema: keys, job codec, Lua scripts, retry encoding.
+        .target(name: "Queue", dependencies: ["APNs", "Transport"], swiftSettings: swiftSettings),
         // The APNs emulator.
         .target(
             name: "MockAPNs",
@@ -48,12 +50,12 @@ let package = Package(
         // Connection pool, provider tokens, and (later) the Redis-fed pipeline.
         .target(
             name: "Worker",
-            dependencies: ["APNs", "Transport", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["APNs", "Transport", "Queue", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings),
         .executableTarget(
             name: "herald",
             dependencies: [
-                "APNs", "Transport", "MockAPNs", "Worker",
+                "APNs", "Transport", "MockAPNs", "Queue", "Worker",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -62,9 +64,10 @@ let package = Package(
         .testTarget(name: "APNsTests", dependencies: ["APNs"], swiftSettings: swiftSettings),
         .testTarget(
             name: "TransportTests", dependencies: ["APNs", "Transport"], swiftSettings: swiftSettings),
+        .testTarget(name: "QueueTests", dependencies: ["APNs", "Queue"], swiftSettings: swiftSettings),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["APNs", "Transport", "MockAPNs", "Worker"],
+            dependencies: ["APNs", "Transport", "MockAPNs", "Queue", "Worker"],
             swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]

@@ -82,6 +82,12 @@ public final class EventLoop: @unchecked Sendable {
         return pthread_equal(threadID, pthread_self()) != 0
     }
 
+    /// True only when called on the thread currently running this loop.
+    public var isCurrentThreadRunningLoop: Bool {
+        guard let threadID else { return false }
+        return pthread_equal(threadID, pthread_self()) != 0
+    }
+
     // MARK: descriptors
 
     public func register(_ fd: Int32, handler: any IOHandler, interest: IOInterest) throws(SystemError) {

@@ -33,7 +33,7 @@ public final class EventLoopThread: @unchecked Sendable {
 
     /// Runs `body` on the loop and blocks the calling (non-loop) thread until it returns.
     public func submitAndWait<T>(_ body: @escaping @Sendable () -> T) -> T {
-        precondition(!loop.inLoop, "submitAndWait from the loop's own thread would deadlock")
+        precondition(!loop.isCurrentThreadRunningLoop, "submitAndWait from the loop's own thread would deadlock")
         let box = ResultBox<T>()
         var semaphore = sem_t()
         sem_init(&semaphore, 0, 0)

@@ -69,6 +69,11 @@ struct CredentialsOptions: ParsableArguments {
 
     /// The token source, or an error that says exactly what is missing and how to try locally.
     func tokenSource(time: TimeSource, logger: Logger) throws -> ProviderTokenSource {
+        try resolved().tokenSource(time: time, logger: logger)
+    }
+
+    /// The credentials with environment fallbacks applied, checked for presence.
+    func resolved() throws -> ResolvedCredentials {
         let team = teamID ?? environmentValue("TEAM_ID")
         let key = keyID ?? environmentValue("KEY_ID")
         let file = keyFile ?? environmentValue("KEY_FILE")
@@ -88,7 +93,17 @@ struct CredentialsOptions: ParsableArguments {
         let privateKey = try ES256PrivateKey(pemFile: file)
         let signer = try ProviderTokenSigner(teamID: team, keyID: key, key: privateKey)
         let minutes = try tokenRefreshMinutes ?? intEnvironment("TOKEN_REFRESH_MINUTES") ?? ProviderTokenSource.defaultRefreshMinutes
-        return try ProviderTokenSource(signer: signer, refreshMinutes: minutes, time: time, logger: logger)
+        return ResolvedCredentials(signer: signer, refreshMinutes: minutes)
+    }
+}
+
+/// Credentials loaded and checked once, from which each event loop makes its own token source.
+struct ResolvedCredentials: Sendable {
+    let signer: ProviderTokenSigner
+    let refreshMinutes: Int
+
+    func tokenSource(time: TimeSource, logger: Logger) throws -> ProviderTokenSource {
+        try ProviderTokenSource(signer: signer, refreshMinutes: refreshMinutes, time: time, logger: logger)
     }
 }
 

@@ -1,0 +1,78 @@
+import APNs
+
+/// The fields Herald reads from a job entry; any other field is ignored (and counted).
+public enum JobField {
+    public static let token = "token"
+    public static let tokens = "tokens"
+    public static let payload = "payload"
+    public static let topic = "topic"
+    public static let pushType = "push_type"
+    public static let priority = "priority"
+    public static let expiration = "expiration"
+    public static let collapseID = "collapse_id"
+    public static let id = "id"
+    public static let app = "app"
+    /// Herald's own: sends that counted as attempts before this entry was written (retries).
+    public static let attempts = "attempts"
+    /// Herald's own: the entry id the job was first enqueued as (keeps apns-ids stable on retries).
+    public static let origin = "origin"
+    /// Herald's own: makes each retry-set member unique.
+    public static let retryID = "retry_id"
+    /// Herald's own: the enqueue time of the original job, ms (end-to-end latency across retries).
+    public static let enqueuedAt = "enqueued_at"
+
+    static let known: Set<String> = [token, tokens, payload, topic, pushType, priority, expiration, collapseID, id, app,
+                                     attempts, origin, retryID, enqueuedAt]
+    /// Fields Herald writes itself and replaces when it re-queues a job.
+    public static let herald: Set<String> = [attempts, origin, retryID, enqueuedAt]
+}
+
+/// What a worker needs to know to build jobs: defaults for fields a job leaves out.
+public struct JobDefaults: Sendable {
+    /// The app's bundle id: the topic is this plus the push type's suffix when a job names none.
+    public var bundleID: String?
+    /// At most this many tokens in one job.
+    public var maxTokensPerJob = 10_000
+
+    public init(bundleID: String? = nil) { self.bundleID = bundleID }
+}
+
+/// One job read from the stream, decoded and validated: a notification template and its tokens.
+public struct Job: Sendable {
+    public let entryID: StreamEntryID
+    /// The entry's fields as read, kept for dead-letter and retry entries.
+    public let fields: [(name: String, value: [UInt8])]
+    /// The entry id the job was first enqueued as (itself unless this is a retry).
+    public let origin: String
+    /// Enqueue time of the original job, in ms since the epoch.
+    public let enqueuedAt: Int64
+    /// Valid device tokens to send to.
+    public var tokens: [String]
+    /// Tokens that failed validation, with why: dead-lettered, never sent.
+    public var invalidTokens: [(token: String, error: NotificationError)]
+    /// Everything but the device token and apns-id.
+    public var template: Notification
+    /// The job's own `id`, when it gave one.
+    public let explicitAPNsID: String?
+    /// Attempts already made before this entry (from a retry).
+    public let attempts: Int
+    /// Fields Herald does not know.
+    public let unknownFields: Int
+
+    /// The notification for `tokens[index]`, with its stable apns-id.
+    public func notification(forToken token: String) -> Notification {
+        var notification = template
+        notification.deviceToken = token
+        if let explicitAPNsID, tokens.count + invalidTokens.count == 1 {
+            notification.apnsID = explicitAPNsID
+        } else {
+            notification.apnsID = StableID.apnsID(origin: explicitAPNsID ?? origin, token: token)
+        }
+        return notification
+    }
+
+    /// The value of field `name`, if present.
+    public func field(_ name: String) -> [UInt8]? {
+        fields.first { $0.name == name }?.value
+    }
+}

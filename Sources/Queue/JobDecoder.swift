@@ -1,0 +1,119 @@
+import APNs
+
+/// Turns a stream entry's fields into a validated `Job`, or says precisely what is wrong.
+/// Called once per job on the worker's loop; no Foundation, no JSON parse beyond validation.
+public enum JobDecoder {
+    public static func decode(entryID: StreamEntryID, fields: [(name: String, value: [UInt8])], defaults: JobDefaults) -> Result<Job, JobError> {
+        var token: [UInt8]? = nil
+        var tokens: [UInt8]? = nil
+        var payload: [UInt8]? = nil
+        var topic: String? = nil
+        var pushTypeText: String? = nil
+        var priorityText: String? = nil
+        var expirationText: String? = nil
+        var collapseID: String? = nil
+        var id: String? = nil
+        var attempts = 0
+        var origin: String? = nil
+        var enqueuedAt: Int64? = nil
+        var unknown = 0
+        for (name, value) in fields {
+            switch name {
+            case JobField.token: token = value
+            case JobField.tokens: tokens = value
+            case JobField.payload: payload = value
+            case JobField.topic: topic = text(value)
+            case JobField.pushType: pushTypeText = text(value)
+            case JobField.priority: priorityText = text(value)
+            case JobField.expiration: expirationText = text(value)
+            case JobField.collapseID: collapseID = text(value)
+            case JobField.id: id = text(value)
+            case JobField.attempts: attempts = Int(text(value)) ?? 0
+            case JobField.origin: origin = text(value)
+            case JobField.enqueuedAt: enqueuedAt = Int64(text(value))
+            case JobField.app, JobField.retryID: break
+            default: unknown += 1
+            }
+        }
+        guard let payload, !payload.isEmpty else { return .failure(.missingPayload) }
+        var tokenList: [String] = []
+        if let token, !token.isEmpty { tokenList.append(text(token)) }
+        if let tokens {
+            for part in tokens.split(separator: 0x2C, omittingEmptySubsequences: true) {
+                let trimmed = part.drop { $0 == 0x20 }.reversed().drop { $0 == 0x20 }.reversed()
+                if !trimmed.isEmpty { tokenList.append(String(decoding: trimmed, as: UTF8.self)) }
+            }
+        }
+        if tokenList.isEmpty { return .failure(.missingToken) }
+        if tokenList.count > defaults.maxTokensPerJob {
+            return .failure(.tooManyTokens(count: tokenList.count, limit: defaults.maxTokensPerJob))
+        }
+        let pushType: PushType
+        if let pushTypeText, !pushTypeText.isEmpty {
+            guard let parsed = PushType(rawValue: pushTypeText) else { return .failure(.unknownPushType(pushTypeText)) }
+            pushType = parsed
+        } else {
+            pushType = .alert
+        }
+        var priority: Priority? = nil
+        if let priorityText, !priorityText.isEmpty {
+            guard let value = Int(priorityText), let parsed = Priority(rawValue: value) else { return .failure(.badPriority(priorityText)) }
+            priority = parsed
+        }
+        var expiration: Int64? = nil
+        if let expirationText, !expirationText.isEmpty {
+            guard let value = Int64(expirationText) else { return .failure(.badExpiration(expirationText)) }
+            expiration = value
+        }
+        if let id, !id.isEmpty, !UUIDString.isCanonical(id) { return .failure(.badAPNsID(id)) }
+        guard let resolvedTopic = (topic.flatMap { $0.isEmpty ? nil : $0 }) ?? defaults.bundleID.map({ pushType.topic(bundleID: $0) }) else {
+            return .failure(.noTopic)
+        }
+        var template = Notification(
+            deviceToken: tokenList[0], topic: resolvedTopic, pushType: pushType, priority: priority,
+            expiration: expiration, collapseID: collapseID.flatMap { $0.isEmpty ? nil : $0 }, apnsID: nil, payload: payload)
+        var valid: [String] = []
+        valid.reserveCapacity(tokenList.count)
+        var invalid: [(String, NotificationError)] = []
+        // The whole notification is checked once; the other tokens only as tokens.
+        var checkedTemplate = false
+        for candidate in tokenList {
+            if let error = tokenError(candidate) {
+                invalid.append((candidate, error))
+                continue
+            }
+            if !checkedTemplate {
+                template.deviceToken = candidate
+                do { try template.validate() } catch { return .failure(.notification(error)) }
+                checkedTemplate = true
+            }
+            valid.append(candidate)
+        }
+        if !checkedTemplate, tokenList.count == 1, let only = invalid.first {
+            return .failure(.notification(only.1))
+        }
+        template.deviceToken = ""
+        let originText = origin ?? entryID.description
+        return .success(Job(
+            entryID: entryID, fields: fields, origin: originText,
+            enqueuedAt: enqueuedAt ?? Int64(StreamEntryID(originText)?.milliseconds ?? entryID.milliseconds),
+            tokens: valid, invalidTokens: invalid, template: template,
+            explicitAPNsID: id.flatMap { $0.isEmpty ? nil : $0 }, attempts: attempts, unknownFields: unknown))
+    }
+
+    /// The token rule alone (hex, even length), as `Notification.validate()` states it.
+    static func tokenError(_ token: String) -> NotificationError? {
+        var length = 0
+        for (offset, byte) in token.utf8.enumerated() {
+            let hex = (byte >= 0x30 && byte <= 0x39) || (byte >= 0x61 && byte <= 0x66) || (byte >= 0x41 && byte <= 0x46)
+            if !hex { return .badDeviceToken(tokenPrefix: String(token.prefix(8)), offset: offset) }
+            length += 1
+        }
+        if length == 0 { return .missingDeviceToken }
+        if length % 2 != 0 { return .deviceTokenOddLength(tokenPrefix: String(token.prefix(8)), length: length) }
+        return nil
+    }
+
+    @inline(__always)
+    static func text(_ bytes: [UInt8]) -> String { String(decoding: bytes, as: UTF8.self) }
+}

@@ -1,0 +1,58 @@
+import APNs
+
+/// Why a job cannot be turned into notifications: the reason a dead-letter entry carries.
+public enum JobError: Error, Equatable, Sendable, CustomStringConvertible {
+    case missingPayload
+    case missingToken
+    case tooManyTokens(count: Int, limit: Int)
+    case unknownPushType(String)
+    case badPriority(String)
+    case badExpiration(String)
+    case noTopic
+    case badAPNsID(String)
+    case notification(NotificationError)
+
+    /// A stable snake_case word for machines (dead-letter `reason`, metrics labels).
+    public var code: String {
+        switch self {
+        case .missingPayload: "missing_payload"
+        case .missingToken: "missing_token"
+        case .tooManyTokens: "too_many_tokens"
+        case .unknownPushType: "unknown_push_type"
+        case .badPriority: "bad_priority"
+        case .badExpiration: "bad_expiration"
+        case .noTopic: "missing_topic"
+        case .badAPNsID: "bad_apns_id"
+        case .notification(let error): error.code
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .missingPayload:
+            "The job has no `payload` field; it must hold the notification's JSON, e.g. {\"aps\":{\"alert\":\"Hi\"}}."
+        case .missingToken:
+            "The job has neither `token` (one hex device token) nor `tokens` (comma-separated hex device tokens)."
+        case .tooManyTokens(let count, let limit):
+            "The job lists \(count) tokens; one job fans out to at most \(limit). Split it into several jobs."
+        case .unknownPushType(let value):
+            "The push_type \(JobError.quoted(value)) is not one of "
+                + PushType.allCases.map(\.rawValue).joined(separator: ", ") + "."
+        case .badPriority(let value):
+            "The priority \(JobError.quoted(value)) is not 10, 5 or 1."
+        case .badExpiration(let value):
+            "The expiration \(JobError.quoted(value)) is not a whole number of UNIX seconds (0 means try once)."
+        case .noTopic:
+            "The job has no `topic` and this worker has no --bundle-id to derive one from."
+        case .badAPNsID(let value):
+            "The id \(JobError.quoted(value)) is not a canonical lowercase UUID (8-4-4-4-12 hex digits)."
+        case .notification(let error):
+            error.description
+        }
+    }
+
+    static func quoted(_ value: String) -> String {
+        let short = value.count > 40 ? String(value.prefix(40)) + "…" : value
+        return "\"" + short + "\""
+    }
+}

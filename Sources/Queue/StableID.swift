@@ -1,0 +1,32 @@
+import APNs
+
+/// Derives the `apns-id` of a job's notification from the job's origin (its first stream entry id)
+/// and the device token: the same on every retry and on every worker, so a duplicate after a
+/// crash carries the same `apns-id` as the original.
+public enum StableID {
+    /// A canonical lowercase UUID from `origin` and `token` (FNV-1a 64 twice, with SplitMix finishing).
+    public static func apnsID(origin: String, token: String) -> String {
+        var high: UInt64 = 0xcbf2_9ce4_8422_2325
+        var low: UInt64 = 0x8422_2325_cbf2_9ce4
+        for byte in origin.utf8 {
+            high = (high ^ UInt64(byte)) &* 0x100_0000_01b3
+            low = (low ^ UInt64(byte)) &* 0x100_0000_01b3 ^ 0x9E37
+        }
+        high = (high ^ 0x3A) &* 0x100_0000_01b3
+        low = (low ^ 0x3A) &* 0x100_0000_01b3
+        for byte in token.utf8 {
+            // Tokens are hex in either case: fold to lowercase so both spell one id.
+            let folded = (byte >= 0x41 && byte <= 0x46) ? byte | 0x20 : byte
+            high = (high ^ UInt64(folded)) &* 0x100_0000_01b3
+            low = (low ^ UInt64(folded)) &* 0x100_0000_01b3 ^ 0x7F4A
+        }
+        return UUIDString.make(high: mix(high), low: mix(low ^ high))
+    }
+
+    static func mix(_ value: UInt64) -> UInt64 {
+        var z = value &+ 0x9E37_79B9_7F4A_7C15
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}

@@ -1,0 +1,45 @@
+/// A Redis stream entry id, `<milliseconds>-<sequence>`: also the job's enqueue time.
+public struct StreamEntryID: Hashable, Comparable, Sendable, CustomStringConvertible {
+    public let milliseconds: UInt64
+    public let sequence: UInt64
+
+    public init(milliseconds: UInt64, sequence: UInt64) {
+        self.milliseconds = milliseconds
+        self.sequence = sequence
+    }
+
+    public init?(_ text: some StringProtocol) {
+        guard let dash = text.firstIndex(of: "-"),
+              let milliseconds = UInt64(text[text.startIndex..<dash]),
+              let sequence = UInt64(text[text.index(after: dash)...]) else { return nil }
+        self.init(milliseconds: milliseconds, sequence: sequence)
+    }
+
+    public init?(bytes: [UInt8]) {
+        var milliseconds: UInt64 = 0
+        var sequence: UInt64 = 0
+        var seenDash = false
+        var digits = 0
+        for byte in bytes {
+            if byte == 0x2D {
+                if seenDash || digits == 0 { return nil }
+                seenDash = true
+                digits = 0
+                continue
+            }
+            guard byte >= 0x30 && byte <= 0x39 else { return nil }
+            let (shifted, overflow) = (seenDash ? sequence : milliseconds).multipliedReportingOverflow(by: 10)
+            if overflow { return nil }
+            if seenDash { sequence = shifted + UInt64(byte - 0x30) } else { milliseconds = shifted + UInt64(byte - 0x30) }
+            digits += 1
+        }
+        guard seenDash, digits > 0 else { return nil }
+        self.init(milliseconds: milliseconds, sequence: sequence)
+    }
+
+    public static func < (a: StreamEntryID, b: StreamEntryID) -> Bool {
+        (a.milliseconds, a.sequence) < (b.milliseconds, b.sequence)
+    }
+
+    public var description: String { "\(milliseconds)-\(sequence)" }
+}

@@ -1,0 +1,470 @@
+import CHiredis
+import Glibc
+
+/// One reply from Redis, converted from hiredis' reply tree.
+public enum RedisReply: Sendable, Equatable {
+    case status(String)
+    case error(String)
+    case integer(Int64)
+    case bulk([UInt8])
+    case null
+    case array([RedisReply])
+
+    /// The reply as text (bulk or status), or nil.
+    public var string: String? {
+        switch self {
+        case .bulk(let bytes): return String(decoding: bytes, as: UTF8.self)
+        case .status(let text): return text
+        default: return nil
+        }
+    }
+
+    public var integer: Int64? {
+        if case .integer(let value) = self { return value }
+        if case .bulk = self, let text = string { return Int64(text) }
+        return nil
+    }
+
+    public var array: [RedisReply]? {
+        if case .array(let elements) = self { return elements }
+        return nil
+    }
+
+    public var isError: Bool {
+        if case .error = self { return true }
+        return false
+    }
+}
+
+/// What went wrong talking to Redis.
+public enum RedisError: Error, CustomStringConvertible, Sendable, Equatable {
+    case connectFailed(String)
+    case connectionLost(String)
+    case protocolError(String)
+    /// Redis answered the command with an error reply (e.g. NOGROUP, WRONGTYPE).
+    case server(String)
+
+    public var description: String {
+        switch self {
+        case .connectFailed(let message): return "cannot connect to Redis: \(message)"
+        case .connectionLost(let message): return "lost the connection to Redis: \(message)"
+        case .protocolError(let message): return "Redis protocol error: \(message)"
+        case .server(let message): return "Redis error: \(message)"
+        }
+    }
+}
+
+/// Where Redis is: parsed from `redis://[user[:password]@]host[:port][/db]`.
+public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+    public var user: String?
+    public var password: String?
+    public var database: Int
+
+    public init(host: String = "127.0.0.1", port: Int = 6379, user: String? = nil, password: String? = nil, database: Int = 0) {
+        self.host = host
+        self.port = port
+        self.user = user
+        self.password = password
+        self.database = database
+    }
+
+    public init(url: String) throws(RedisError) {
+        guard url.hasPrefix("redis://") else {
+            throw .connectFailed("the Redis URL must look like redis://[user[:password]@]host[:port][/db], got \(RedisEndpoint.redact(url))")
+        }
+        var rest = Substring(url.dropFirst("redis://".count))
+        var database = 0
+        if let slash = rest.firstIndex(of: "/") {
+            let dbText = rest[rest.index(after: slash)...]
+            if !dbText.isEmpty {
+                guard let value = Int(dbText), value >= 0 else { throw .connectFailed("the database in the Redis URL must be a number, got \(dbText)") }
+                database = value
+            }
+            rest = rest[..<slash]
+        }
+        var user: String? = nil
+        var password: String? = nil
+        if let at = rest.lastIndex(of: "@") {
+            let credentials = rest[..<at]
+            rest = rest[rest.index(after: at)...]
+            if let colon = credentials.firstIndex(of: ":") {
+                let name = credentials[..<colon]
+                user = name.isEmpty ? nil : String(name)
+                password = String(credentials[credentials.index(after: colon)...])
+            } else {
+                password = String(credentials)
+            }
+        }
+        var host = String(rest)
+        var port = 6379
+        if host.hasPrefix("[") , let close = host.firstIndex(of: "]") {
+            let after = host[host.index(after: close)...]
+            let inner = String(host[host.index(after: host.startIndex)..<close])
+            if after.hasPrefix(":") {
+                guard let value = Int(after.dropFirst()) else { throw .connectFailed("bad port in the Redis URL") }
+                port = value
+            }
+            host = inner
+        } else if let colon = host.lastIndex(of: ":") {
+            guard let value = Int(host[host.index(after: colon)...]) else { throw .connectFailed("bad port in the Redis URL") }
+            port = value
+            host = String(host[..<colon])
+        }
+        if host.isEmpty { host = "127.0.0.1" }
+        self.init(host: host, port: port, user: user, password: password, database: database)
+    }
+
+    /// The URL with its password hidden, for logs.
+    public var description: String {
+        let credentials = password == nil ? "" : "\(user ?? ""):***@"
+        return "redis://\(credentials)\(host):\(port)/\(database)"
+    }
+
+    static func redact(_ url: String) -> String {
+        guard let at = url.lastIndex(of: "@") else { return url }
+        return "redis://***" + url[at...]
+    }
+}
+
+/// Hears when a `RedisConnection` is usable and when it is gone.
+public protocol RedisConnectionDelegate: AnyObject {
+    func redisConnectionIsReady(_ connection: RedisConnection)
+    func redisConnectionClosed(_ connection: RedisConnection, error: RedisError)
+}
+
+/// One pipelined connection to Redis on an `EventLoop`.
+///
+/// Commands are encoded as RESP straight into one output buffer and written once per loop
+/// iteration, so a batch of acknowledgements costs one write; replies are parsed by hiredis'
+/// reader and handed to each command's completion in order. Loop-confined. When the connection
+/// drops, every pending completion gets `.connectionLost`; reconnecting is the owner's decision.
+public final class RedisConnection: IOHandler, TickObserver {
+    public typealias Completion = (Result<RedisReply, RedisError>) -> Void
+
+    public let loop: EventLoop
+    public let endpoint: RedisEndpoint
+    public weak var delegate: (any RedisConnectionDelegate)?
+    public private(set) var isReady = false
+    private var fd: Int32 = -1
+    private var connecting = false
+    private var reader: UnsafeMutablePointer<redisReader>?
+    private var output: [UInt8] = []
+    private var outputOffset = 0
+    private var completions: [Completion?] = []
+    private var completionHead = 0
+    private var flushScheduled = false
+    private var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
+    private var closed = false
+    private var connectTimer: EventLoop.TimerID?
+
+    public init(loop: EventLoop, endpoint: RedisEndpoint) {
+        self.loop = loop
+        self.endpoint = endpoint
+        output.reserveCapacity(64 * 1024)
+    }
+
+    deinit {
+        if let reader { redisReaderFree(reader) }
+        if fd >= 0 { Glibc.close(fd) }
+    }
+
+    /// Starts connecting; AUTH and SELECT are pipelined ahead of anything sent meanwhile.
+    public func connect() {
+        precondition(fd < 0 && !closed, "a RedisConnection connects once; make a new one to reconnect")
+        do {
+            fd = try Socket.startConnect(host: endpoint.host, port: endpoint.port)
+            try loop.register(fd, handler: self, interest: [.read, .write])
+        } catch {
+            fail(.connectFailed("\(endpoint): \(error)"))
+            return
+        }
+        reader = redisReaderCreate()
+        connecting = true
+        connectTimer = loop.schedule(afterMilliseconds: 5_000) { [weak self] in
+            guard let self, self.connecting else { return }
+            self.fail(.connectFailed("\(self.endpoint): timed out"))
+        }
+        if let password = endpoint.password {
+            let arguments: [String] = endpoint.user.map { ["AUTH", $0, password] } ?? ["AUTH", password]
+            send(arguments) { [weak self] result in
+                if case .success(.error(let message)) = result {
+                    self?.fail(.connectFailed("authentication failed: \(message)"))
+                }
+            }
+        }
+        if endpoint.database != 0 {
+            send(["SELECT", String(endpoint.database)]) { [weak self] result in
+                if case .success(.error(let message)) = result {
+                    self?.fail(.connectFailed("SELECT \(self?.endpoint.database ?? 0) failed: \(message)"))
+                }
+            }
+        }
+    }
+
+    /// Closes the connection; pending completions get `.connectionLost`.
+    public func close() {
+        fail(.connectionLost("closed by Herald"))
+    }
+
+    /// Commands sent but not yet answered.
+    public var pendingReplies: Int { completions.count - completionHead }
+
+    // MARK: sending
+
+    /// Queues one command (written at the end of this loop iteration).
+    public func send(_ arguments: [String], _ completion: Completion? = nil) {
+        beginCommand(count: arguments.count)
+        for argument in arguments { appendArgument(argument) }
+        endCommand(completion)
+    }
+
+    /// Queues one command of mixed text, byte and integer arguments.
+    public func send(_ arguments: [RedisArgument], _ completion: Completion? = nil) {
+        beginCommand(count: arguments.count)
+        for argument in arguments {
+            switch argument {
+            case .text(let text): appendArgument(text)
+            case .bytes(let bytes): appendArgument(bytes)
+            case .integer(let value): appendArgument(integer: value)
+            }
+        }
+        endCommand(completion)
+    }
+
+    /// Queues one command built by `build`, which appends arguments to `RedisCommandBuilder`.
+    public func send(argumentCount: Int, _ build: (inout RedisCommandBuilder) -> Void, _ completion: Completion? = nil) {
+        beginCommand(count: argumentCount)
+        var builder = RedisCommandBuilder(connection: self)
+        build(&builder)
+        precondition(builder.written == argumentCount, "RESP argument count mismatch: declared \(argumentCount), wrote \(builder.written)")
+        endCommand(completion)
+    }
+
+    func beginCommand(count: Int) {
+        output.append(0x2A)  // *
+        appendDecimal(count)
+        output.append(0x0D); output.append(0x0A)
+    }
+
+    func appendArgument(_ bytes: UnsafeRawBufferPointer) {
+        output.append(0x24)  // $
+        appendDecimal(bytes.count)
+        output.append(0x0D); output.append(0x0A)
+        output.append(contentsOf: bytes)
+        output.append(0x0D); output.append(0x0A)
+    }
+
+    func appendArgument(_ string: String) {
+        var string = string
+        string.withUTF8 { appendArgument(UnsafeRawBufferPointer($0)) }
+    }
+
+    func appendArgument(_ bytes: [UInt8]) {
+        bytes.withUnsafeBytes { appendArgument($0) }
+    }
+
+    func appendArgument(integer: Int64) {
+        var digits: [UInt8] = []
+        var value = integer.magnitude
+        repeat { digits.append(UInt8(value % 10) + 0x30); value /= 10 } while value > 0
+        if integer < 0 { digits.append(0x2D) }
+        digits.reverse()
+        appendArgument(digits)
+    }
+
+    private func appendDecimal(_ value: Int) {
+        if value >= 10 { appendDecimal(value / 10) }
+        output.append(UInt8(value % 10) + 0x30)
+    }
+
+    private func endCommand(_ completion: Completion?) {
+        completions.append(completion)
+        if closed {
+            // Answer at once: the caller learns the connection is gone.
+            let pending = completion
+            loop.schedule(afterMilliseconds: 0) { pending?(.failure(.connectionLost("not connected"))) }
+            completions.removeLast()
+            output.removeAll(keepingCapacity: true)
+            return
+        }
+        scheduleFlush()
+    }
+
+    private func scheduleFlush() {
+        if flushScheduled || connecting || fd < 0 { return }
+        flushScheduled = true
+        loop.callAtEndOfTick(self)
+    }
+
+    public func endOfTick() {
+        flushScheduled = false
+        flush()
+    }
+
+    private func flush() {
+        guard fd >= 0, !connecting else { return }
+        while outputOffset < output.count {
+            let written = output.withUnsafeBytes { bytes in
+                Glibc.write(fd, bytes.baseAddress! + outputOffset, bytes.count - outputOffset)
+            }
+            if written > 0 {
+                outputOffset += written
+            } else if written < 0 && errno == EINTR {
+                continue
+            } else if written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                loop.setInterest(fd, [.read, .write])
+                return
+            } else {
+                fail(.connectionLost("write failed: \(String(cString: strerror(errno)))"))
+                return
+            }
+        }
+        output.removeAll(keepingCapacity: true)
+        outputOffset = 0
+        loop.setInterest(fd, .read)
+    }
+
+    // MARK: IOHandler
+
+    public func writable() {
+        if connecting {
+            let error = Socket.pendingError(fd)
+            if error != 0 {
+                fail(.connectFailed("\(endpoint): \(String(cString: strerror(error)))"))
+                return
+            }
+            connecting = false
+            if let connectTimer { loop.cancel(connectTimer) }
+            isReady = true
+            flush()
+            delegate?.redisConnectionIsReady(self)
+            return
+        }
+        flush()
+    }
+
+    public func readable() {
+        if connecting { writable(); if connecting || fd < 0 { return } }
+        guard let reader else { return }
+        while fd >= 0 {
+            let count = readBuffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if count > 0 {
+                let fed = readBuffer.withUnsafeBytes {
+                    redisReaderFeed(reader, $0.baseAddress!.assumingMemoryBound(to: CChar.self), count)
+                }
+                if fed != REDIS_OK {
+                    fail(.protocolError("unreadable reply"))
+                    return
+                }
+                if !drainReplies() { return }
+                if count < readBuffer.count { return }
+            } else if count == 0 {
+                fail(.connectionLost("Redis closed the connection"))
+                return
+            } else if errno == EINTR {
+                continue
+            } else if errno == EAGAIN || errno == EWOULDBLOCK {
+                return
+            } else {
+                fail(.connectionLost(String(cString: strerror(errno))))
+                return
+            }
+        }
+    }
+
+    /// Hands every complete reply to its completion; false if the connection failed meanwhile.
+    private func drainReplies() -> Bool {
+        guard let reader else { return false }
+        while true {
+            var raw: UnsafeMutableRawPointer? = nil
+            if redisReaderGetReply(reader, &raw) != REDIS_OK {
+                fail(.protocolError("unreadable reply"))
+                return false
+            }
+            guard let raw else { return true }
+            let reply = RedisConnection.convert(raw.assumingMemoryBound(to: redisReply.self))
+            freeReplyObject(raw)
+            guard completionHead < completions.count else {
+                fail(.protocolError("a reply nobody asked for"))
+                return false
+            }
+            let completion = completions[completionHead]
+            completions[completionHead] = nil
+            completionHead += 1
+            if completionHead == completions.count {
+                completions.removeAll(keepingCapacity: true)
+                completionHead = 0
+            } else if completionHead > 4096 {
+                completions.removeFirst(completionHead)
+                completionHead = 0
+            }
+            completion?(.success(reply))
+            if closed { return false }
+        }
+    }
+
+    static func convert(_ reply: UnsafeMutablePointer<redisReply>) -> RedisReply {
+        let value = reply.pointee
+        switch value.type {
+        case REDIS_REPLY_STRING:
+            return .bulk(Array(UnsafeRawBufferPointer(start: value.str, count: value.len)))
+        case REDIS_REPLY_STATUS:
+            return .status(String(decoding: UnsafeRawBufferPointer(start: value.str, count: value.len), as: UTF8.self))
+        case REDIS_REPLY_ERROR:
+            return .error(String(decoding: UnsafeRawBufferPointer(start: value.str, count: value.len), as: UTF8.self))
+        case REDIS_REPLY_INTEGER:
+            return .integer(Int64(value.integer))
+        case REDIS_REPLY_ARRAY:
+            var elements: [RedisReply] = []
+            elements.reserveCapacity(value.elements)
+            for index in 0..<value.elements { elements.append(convert(value.element[index]!)) }
+            return .array(elements)
+        default:
+            return .null
+        }
+    }
+
+    private func fail(_ error: RedisError) {
+        guard !closed else { return }
+        closed = true
+        isReady = false
+        connecting = false
+        if let connectTimer { loop.cancel(connectTimer) }
+        if fd >= 0 {
+            loop.deregister(fd)
+            Glibc.close(fd)
+            fd = -1
+        }
+        let pending = completions[completionHead...]
+        completions.removeAll()
+        completionHead = 0
+        output.removeAll()
+        outputOffset = 0
+        let lost: RedisError
+        if case .connectionLost = error { lost = error } else { lost = .connectionLost(error.description) }
+        for completion in pending { completion?(.failure(lost)) }
+        delegate?.redisConnectionClosed(self, error: error)
+    }
+}
+
+/// One argument of a Redis command.
+public enum RedisArgument: ExpressibleByStringLiteral, Sendable {
+    case text(String)
+    case bytes([UInt8])
+    case integer(Int64)
+
+    public init(stringLiteral value: String) { self = .text(value) }
+}
+
+/// Appends the arguments of one command to a connection's output buffer.
+public struct RedisCommandBuilder {
+    let connection: RedisConnection
+    var written = 0
+
+    public mutating func add(_ string: String) { connection.appendArgument(string); written += 1 }
+    public mutating func add(_ bytes: [UInt8]) { connection.appendArgument(bytes); written += 1 }
+    public mutating func add(_ bytes: UnsafeRawBufferPointer) { connection.appendArgument(bytes); written += 1 }
+    public mutating func add(integer: Int64) { connection.appendArgument(integer: integer); written += 1 }
+}

@@ -1,0 +1,31 @@
+import Queue
+
+/// How one worker loop reads its queue and when it gives up on a notification.
+public struct WorkerConfiguration: Sendable {
+    public var keys = QueueKeys()
+    /// Unique per process and thread (e.g. `host-pid-thread`).
+    public var consumer: String
+    public var defaults = JobDefaults()
+    /// Entries asked for in one XREADGROUP at most (`--batch`).
+    public var batch = 512
+    /// Entries read beyond the pool's free stream slots, so the pool never waits for Redis.
+    public var readAhead = 128
+    /// XREADGROUP BLOCK time when the stream is empty.
+    public var blockMilliseconds = 1_000
+    /// Entries idle this long in another consumer's pending list are taken over (`--claim-idle`).
+    public var claimIdleMilliseconds: Int64 = 60_000
+    /// An entry delivered more often than this goes to the dead letters (`--max-deliveries`).
+    public var maxDeliveries = 10
+    /// Attempts per notification before it goes to the dead letters (`--max-attempts`).
+    public var maxAttempts = 8
+    /// How long a SIGTERM drain may take (`--drain-timeout`).
+    public var drainTimeoutMilliseconds: Int64 = 30_000
+    /// How often due retries are moved back into the stream.
+    public var retryPollMilliseconds: Int64 = 250
+    /// Dead-letter and feedback streams are trimmed to about this many entries.
+    public var deadLetterMaxLength = 1_000_000
+
+    public init(consumer: String) {
+        self.consumer = consumer
+    }
+}

@@ -1,0 +1,143 @@
+import APNs
+import ArgumentParser
+import Logging
+import Queue
+import Transport
+
+struct EnqueueCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "enqueue",
+        abstract: "Add jobs to a queue, validated first (one, or --count N copies for trials).",
+        discussion: """
+            A job is one stream entry of flat fields; any Redis client can add one (see docs/job-format.md). \
+            This command checks the job first and says what is wrong instead of adding it.
+            """)
+
+    @OptionGroup var queueOptions: QueueOptions
+    @Option(help: "Device token, hex.") var token: String?
+    @Option(help: "Comma-separated device tokens (fan-out of one payload, up to 10,000).") var tokens: String?
+    @Option(help: "The notification's JSON payload.") var payload: String?
+    @Option(help: "apns-topic (default: the worker's --bundle-id plus the push type's suffix).") var topic: String?
+    @Option(name: .customLong("push-type"), help: "apns-push-type (default alert).") var pushType: String?
+    @Option(help: "apns-priority: 10, 5 or 1.") var priority: String?
+    @Option(help: "apns-expiration in UNIX seconds (0: try once).") var expiration: String?
+    @Option(name: .customLong("collapse-id"), help: "apns-collapse-id.") var collapseID: String?
+    @Option(help: "apns-id (canonical lowercase UUID); derived from the entry when absent.") var id: String?
+    @Option(help: "How many copies to add (trials and benchmarks).") var count = 1
+    @Option(name: .customLong("distinct-tokens"), help: "With --count: vary the last bytes of --token so copies go to this many distinct tokens.") var distinctTokens: Int?
+
+    func run() throws {
+        guard count >= 1 else { throw ValidationError("--count must be at least 1") }
+        var fields: [(name: String, value: [UInt8])] = []
+        func add(_ name: String, _ value: String?) { if let value { fields.append((name, Array(value.utf8))) } }
+        add(JobField.token, token)
+        add(JobField.tokens, tokens)
+        add(JobField.payload, payload)
+        add(JobField.topic, topic)
+        add(JobField.pushType, pushType)
+        add(JobField.priority, priority)
+        add(JobField.expiration, expiration)
+        add(JobField.collapseID, collapseID)
+        add(JobField.id, id)
+        // Validate as the worker will; a missing topic is the worker's to fill in from its bundle id.
+        let defaults = JobDefaults(bundleID: topic == nil ? "com.example.validation" : nil)
+        if case .failure(let error) = JobDecoder.decode(entryID: StreamEntryID(milliseconds: 1, sequence: 0), fields: fields, defaults: defaults) {
+            throw ValidationError("not enqueued (\(error.code)): \(error.description)")
+        }
+        if case .success(let job) = JobDecoder.decode(entryID: StreamEntryID(milliseconds: 1, sequence: 0), fields: fields, defaults: defaults),
+           let bad = job.invalidTokens.first {
+            throw ValidationError("not enqueued (\(bad.error.code)): \(bad.error.description)")
+        }
+        if id != nil && count > 1 {
+            throw ValidationError("--id with --count would send one apns-id many times; leave --id out and Herald derives one per entry")
+        }
+        let keys = queueOptions.keys()
+        let endpoint = try queueOptions.endpoint()
+        let loop = try EventLoop()
+        let connection = RedisConnection(loop: loop, endpoint: endpoint)
+        let enqueue = Enqueuer(loop: loop, connection: connection, keys: keys, fields: fields, count: count,
+                               baseToken: token, distinctTokens: distinctTokens)
+        connection.delegate = enqueue
+        connection.connect()
+        let started = EventLoop.monotonicMilliseconds()
+        loop.run()
+        if let error = enqueue.error { throw ValidationError(error) }
+        let elapsed = max(1, EventLoop.monotonicMilliseconds() - started)
+        if count == 1, let first = enqueue.firstID {
+            print(first)
+        } else {
+            print("enqueued \(enqueue.added) jobs to \(keys.jobs) in \(formatSeconds(Double(elapsed) / 1000)) s")
+        }
+    }
+}
+
+/// Pipelines XADDs in windows of a few thousand, so a million trial jobs take seconds.
+final class Enqueuer: RedisConnectionDelegate {
+    let loop: EventLoop
+    let connection: RedisConnection
+    let keys: QueueKeys
+    let fields: [(name: String, value: [UInt8])]
+    let count: Int
+    let baseToken: String?
+    let distinctTokens: Int?
+    var sent = 0
+    var added = 0
+    var firstID: String?
+    var error: String?
+
+    init(loop: EventLoop, connection: RedisConnection, keys: QueueKeys, fields: [(name: String, value: [UInt8])], count: Int,
+         baseToken: String?, distinctTokens: Int?) {
+        self.loop = loop
+        self.connection = connection
+        self.keys = keys
+        self.fields = fields
+        self.count = count
+        self.baseToken = baseToken
+        self.distinctTokens = distinctTokens
+    }
+
+    func redisConnectionIsReady(_ connection: RedisConnection) { fill() }
+
+    func redisConnectionClosed(_ connection: RedisConnection, error: RedisError) {
+        if added < count, self.error == nil { self.error = error.description }
+        loop.stop()
+    }
+
+    private func fill() {
+        while sent < count && sent - added < 4096 {
+            let index = sent
+            sent += 1
+            connection.send(argumentCount: 3 + fields.count * 2, { builder in
+                builder.add("XADD"); builder.add(keys.jobs); builder.add("*")
+                for field in fields {
+                    builder.add(field.name)
+                    if field.name == JobField.token, let baseToken, let distinctTokens, distinctTokens > 1 {
+                        builder.add(Enqueuer.varied(baseToken, index % distinctTokens))
+                    } else {
+                        builder.add(field.value)
+                    }
+                }
+            }) { [self] result in
+                switch result {
+                case .success(.error(let message)):
+                    error = "Redis refused the job: \(message)"
+                    loop.stop()
+                case .success(let reply):
+                    if firstID == nil { firstID = reply.string }
+                    added += 1
+                    if added == count { loop.stop() } else { fill() }
+                case .failure(let failure):
+                    error = failure.description
+                    loop.stop()
+                }
+            }
+        }
+    }
+
+    /// `token` with its last 8 hex digits replaced by `index`.
+    static func varied(_ token: String, _ index: Int) -> String {
+        let hex = String(index, radix: 16)
+        let suffix = String(repeating: "0", count: max(0, 8 - hex.count)) + hex
+        return String(token.dropLast(min(8, token.count))) + suffix.suffix(8)
+    }
+}
