@@ -31,6 +31,8 @@ final class DeliveryRecorder: ConnectionPoolDelegate {
     private(set) var handOvers = 0
     private(set) var finalOutcomes: [DeliveryOutcome?] = []
     private(set) var finalCount = 0
+    /// The pool's attempt count for each final outcome (sends APNs saw, per the pool).
+    private(set) var finalAttempts: [Int] = []
     private(set) var extraOutcomes = 0
     /// Retryable outcomes the caller resent (per index and in total).
     private var callerResends: [Int] = []
@@ -57,6 +59,7 @@ final class DeliveryRecorder: ConnectionPoolDelegate {
     func enqueue(_ batch: [Notification]) {
         notifications.append(contentsOf: batch)
         finalOutcomes.append(contentsOf: repeatElement(nil, count: batch.count))
+        finalAttempts.append(contentsOf: repeatElement(0, count: batch.count))
         callerResends.append(contentsOf: repeatElement(0, count: batch.count))
     }
 
@@ -122,6 +125,7 @@ final class DeliveryRecorder: ConnectionPoolDelegate {
             resendQueue.append(index)
         } else {
             finalOutcomes[index] = outcome
+            finalAttempts[index] = request.attempts
             finalCount += 1
         }
         onEvent()

@@ -10,6 +10,7 @@ struct Snapshot: Sendable, CustomStringConvertible {
     var accepted = 0
     var tally: [String: Int] = [:]
     var finalOutcomes: [DeliveryOutcome?] = []
+    var finalAttempts: [Int] = []
     var handOvers = 0
     var callerResends = 0
     var heldByCaller = 0
@@ -58,6 +59,7 @@ extension TestBed {
             snapshot.accepted = recorder.acceptedCount
             snapshot.tally = recorder.tally
             snapshot.finalOutcomes = recorder.finalOutcomes
+            snapshot.finalAttempts = recorder.finalAttempts
             snapshot.handOvers = recorder.handOvers
             snapshot.callerResends = recorder.callerResendTotal
             snapshot.heldByCaller = recorder.heldByCaller
