@@ -59,9 +59,14 @@ public final class APNsConnection: HTTP2Endpoint {
 
     /// `bearer <JWT>` bytes for token auth; nil for certificate auth. Set by the pool.
     public private(set) var authorization: [UInt8]? = nil
-    /// What the pool bound to this connection: token generation and first use (wall ms).
-    public var tokenGeneration: UInt64 = 0
-    public var tokenFirstUsedAt: Int64 = 0
+    /// What the pool bound to this connection: token generation and when a request first carried
+    /// it (wall ms; APNs' 20-minute rule counts from the first use, not from the binding).
+    public private(set) var tokenGeneration: UInt64 = 0
+    public private(set) var tokenFirstUsedAt: Int64 = 0
+    /// False until a request carried the bound token: until then it may be replaced freely.
+    public private(set) var tokenUsed = false
+    /// The wall clock that stamps the token's first use (tests inject a manual one).
+    public var clock: TimeSource = .system
 
     private var slots: [Slot]
     private var freeSlotIndices: [Int32]
@@ -106,10 +111,11 @@ public final class APNsConnection: HTTP2Endpoint {
     }
 
     /// Binds the provider token this connection sends from now on (token auth).
-    public func setAuthorization(jwt: String, generation: UInt64, firstUsedAt: Int64) {
+    public func setAuthorization(jwt: String, generation: UInt64) {
         authorization = Array("bearer \(jwt)".utf8)
         tokenGeneration = generation
-        tokenFirstUsedAt = firstUsedAt
+        tokenFirstUsedAt = 0
+        tokenUsed = false
     }
 
     // MARK: lifecycle
@@ -215,6 +221,10 @@ public final class APNsConnection: HTTP2Endpoint {
         }
         inFlight += 1
         streamsOpened += 1
+        if !tokenUsed && authorization != nil {
+            tokenUsed = true
+            tokenFirstUsedAt = clock.nowMilliseconds()
+        }
         scheduleFlush()
         return true
     }

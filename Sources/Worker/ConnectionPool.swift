@@ -199,6 +199,7 @@ public final class ConnectionPool: APNsConnectionDelegate {
             loop: loop, host: configuration.host, port: configuration.port, tlsContext: tlsContext,
             maxStreams: configuration.maxStreams, identifier: index)
         connection.delegate = self
+        if let tokens { connection.clock = tokens.time }
         members[index].connection = connection
         members[index].acceptedSinceConnect = false
         connectionsOpened += 1

@@ -34,7 +34,7 @@ public final class ProviderTokenSource {
 
     private let signer: ProviderTokenSigner
     public let refreshIntervalMilliseconds: Int64
-    private let time: TimeSource
+    public let time: TimeSource
     private let logger: Logger
     public private(set) var current: Token?
     /// Tokens minted so far (a metric and a test hook).
@@ -72,14 +72,17 @@ public final class ProviderTokenSource {
     public func refreshBinding(of connection: APNsConnection) throws(OpenSSLError) {
         let now = time.nowMilliseconds()
         var token = try currentToken(now: now)
-        if connection.tokenGeneration == 0 {
+        if connection.tokenGeneration == 0 || !connection.tokenUsed {
+            // Nothing was sent with a token yet: APNs has not seen one on this connection.
             if now - token.issuedAt > ProviderTokenSource.newConnectionMaximumAgeMilliseconds {
                 token = try mint()
             }
-            connection.setAuthorization(jwt: token.jwt, generation: token.generation, firstUsedAt: now)
+            if connection.tokenGeneration != token.generation {
+                connection.setAuthorization(jwt: token.jwt, generation: token.generation)
+            }
         } else if connection.tokenGeneration != token.generation,
                   now - connection.tokenFirstUsedAt >= ProviderTokenSource.perConnectionMinimumMilliseconds {
-            connection.setAuthorization(jwt: token.jwt, generation: token.generation, firstUsedAt: now)
+            connection.setAuthorization(jwt: token.jwt, generation: token.generation)
         }
     }
 
@@ -94,7 +97,7 @@ public final class ProviderTokenSource {
         }
         if token.generation != connection.tokenGeneration {
             // The old token is dead for APNs; keeping it cannot avoid the update.
-            connection.setAuthorization(jwt: token.jwt, generation: token.generation, firstUsedAt: now)
+            connection.setAuthorization(jwt: token.jwt, generation: token.generation)
         }
     }
 
