@@ -130,7 +130,8 @@ extension IntegrationTests {
                 let jwt = try signer.makeToken(issuedAt: now / 1000 - age)
                 let submitted = try await bed.onLoop { bed in
                     let raw = bed.rawConnections[connection]
-                    raw.setAuthorization(jwt: jwt, generation: UInt64(index + 1), firstUsedAt: now)
+                    raw.clock = .manual(clock)
+                    raw.setAuthorization(jwt: jwt, generation: UInt64(index + 1))
                     return raw.submit(PendingRequest(notification: bed.notification(index: index), context: UInt64(index)))
                 }
                 try #require(submitted, "connection \(connection) had no free stream")
