@@ -92,3 +92,10 @@ extension TestBed {
         return snapshot
     }
 }
+
+extension Snapshot {
+    /// Final outcomes equal to `outcome`.
+    func count(of outcome: DeliveryOutcome) -> Int {
+        finalOutcomes.reduce(0) { $0 + ($1 == outcome ? 1 : 0) }
+    }
+}
