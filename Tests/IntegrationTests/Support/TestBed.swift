@@ -74,10 +74,11 @@ final class TestBed: @unchecked Sendable {
 
     /// Quiet unless `HERALD_IT_LOG` names a level (e.g. `info`): the pool logs every reconnect.
     static func makeLogger() -> Logger {
+        guard let level = ProcessInfo.processInfo.environment["HERALD_IT_LOG"].flatMap(Logger.Level.init(rawValue:)) else {
+            return Logger(label: "herald.integration", factory: { _ in SwiftLogNoOpLogHandler() })
+        }
         var logger = Logger(label: "herald.integration")
-        let level = ProcessInfo.processInfo.environment["HERALD_IT_LOG"].flatMap(Logger.Level.init(rawValue:))
-        logger.logLevel = level ?? .critical
-        if level == nil { logger = Logger(label: "herald.integration", factory: { _ in SwiftLogNoOpLogHandler() }) }
+        logger.logLevel = level
         return logger
     }
 
@@ -196,8 +197,8 @@ final class TestBed: @unchecked Sendable {
         await waitUntil(timeout: timeout) { $0.recorder.allFinal }
     }
 
-    /// Waits for the loop to serve `count` more iterations' worth of timers of `milliseconds`:
-    /// used only to let the pool's periodic maintenance (a timer the test cannot observe) run.
+    /// Returns once a loop timer of `milliseconds` has fired, so every timer due earlier fired
+    /// first: used only to let the pool's periodic maintenance (which raises no event) run.
     func letTimersRun(milliseconds: Int64) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             loop.execute { [self] in
