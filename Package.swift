@@ -15,6 +15,8 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
         // C libraries from Debian, reached through pkg-config.
@@ -42,6 +44,16 @@ let package = Package(
             swiftSettings: swiftSettings),
         // Redis schema: keys, job codec, Lua scripts, retry encoding.
         .target(name: "Queue", dependencies: ["APNs", "Transport"], swiftSettings: swiftSettings),
+        // Metrics (swift-metrics → Prometheus text), health endpoints, log formats.
+        .target(
+            name: "Observability",
+            dependencies: [
+                "Transport",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+            ],
+            swiftSettings: swiftSettings),
         // The APNs emulator.
         .target(
             name: "MockAPNs",
@@ -50,12 +62,16 @@ let package = Package(
         // Connection pool, provider tokens, and (later) the Redis-fed pipeline.
         .target(
             name: "Worker",
-            dependencies: ["APNs", "Transport", "Queue", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "APNs", "Transport", "Queue", "Observability",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
             swiftSettings: swiftSettings),
         .executableTarget(
             name: "herald",
             dependencies: [
-                "APNs", "Transport", "MockAPNs", "Queue", "Worker",
+                "APNs", "Transport", "MockAPNs", "Queue", "Worker", "Observability",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

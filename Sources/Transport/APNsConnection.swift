@@ -10,6 +10,8 @@ public struct PendingRequest: Sendable {
     public var context: UInt64
     /// Sends that counted as attempts so far (GOAWAY-refused streams do not count).
     public var attempts: Int
+    /// Monotonic ms when the stream was submitted (set by the connection; request duration).
+    public var submittedAt: Int64 = 0
 
     public init(notification: Notification, context: UInt64, attempts: Int = 0) {
         self.notification = notification
@@ -203,6 +205,7 @@ public final class APNsConnection: HTTP2Endpoint {
         guard streamSlots > 0, let session, let slotIndex = freeSlotIndices.popLast() else { return false }
         let index = Int(slotIndex)
         slots[index].request = request
+        slots[index].request!.submittedAt = loop.now
         slots[index].status = 0
         slots[index].body.removeAll(keepingCapacity: true)
         slots[index].payloadOffset = 0

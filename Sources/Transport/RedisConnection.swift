@@ -36,6 +36,19 @@ public enum RedisReply: Sendable, Equatable {
     }
 }
 
+extension Result where Success == RedisReply {
+    /// The integer reply, if this is one.
+    public var integerValue: Int64? {
+        if case .success(let reply) = self { return reply.integer }
+        return nil
+    }
+
+    public var isSuccess: Bool {
+        if case .success(let reply) = self { return !reply.isError }
+        return false
+    }
+}
+
 /// What went wrong talking to Redis.
 public enum RedisError: Error, CustomStringConvertible, Sendable, Equatable {
     case connectFailed(String)

@@ -1,5 +1,6 @@
 import APNs
 import Logging
+import Observability
 import Transport
 
 /// Where and how a pool connects.
@@ -70,7 +71,17 @@ public final class ConnectionPool: APNsConnectionDelegate {
     public private(set) var connectionsOpened = 0
     public private(set) var connectionFailures = 0
     public private(set) var goAwaysReceived = 0
+    public private(set) var connectionResets = 0
+    public private(set) var pingTimeouts = 0
     public private(set) var resends = 0
+    /// Every APNs answer, including those the pool retried itself: 200s, and the rest by "status reason".
+    public private(set) var acceptedResponses = 0
+    public private(set) var otherResponses: [String: Int] = [:]
+    /// Stream open to response, for every answered request.
+    public private(set) var requestDuration = LatencyHistogram()
+    /// Wall-clock ms of the last accepted notification (0: none yet).
+    public private(set) var lastAcceptedAt: Int64 = 0
+    private var lastAcceptedStampedAt: Int64 = -1_000_000
 
     struct Member {
         var connection: APNsConnection?
@@ -239,6 +250,7 @@ public final class ConnectionPool: APNsConnectionDelegate {
 
     public func connection(_ connection: APNsConnection, completed request: PendingRequest, outcome: DeliveryOutcome) {
         var request = request
+        recordResponse(request, outcome)
         switch outcome {
         case .accepted:
             if let index = memberIndex(connection) {
@@ -282,10 +294,40 @@ public final class ConnectionPool: APNsConnectionDelegate {
         delegate?.pool(self, completed: request, outcome: outcome)
     }
 
+    private func recordResponse(_ request: PendingRequest, _ outcome: DeliveryOutcome) {
+        let status: Int
+        let reason: String
+        switch outcome {
+        case .accepted:
+            acceptedResponses += 1
+            requestDuration.record(milliseconds: loop.now - request.submittedAt)
+            // The wall clock is read at most once a second, not per notification.
+            if loop.now - lastAcceptedStampedAt >= 1000 {
+                lastAcceptedStampedAt = loop.now
+                lastAcceptedAt = (tokens?.time ?? .system).nowMilliseconds()
+            }
+            return
+        case .permanent(let s, let r), .credentialsRejected(let s, let r): status = s; reason = r?.rawValue ?? ""
+        case .deadToken(let s, let r, _): status = s; reason = r.rawValue
+        case .retryTokenLater(let r): status = 429; reason = r?.rawValue ?? ""
+        case .refreshProviderToken: status = 403; reason = "ExpiredProviderToken"
+        case .providerTokenUpdatesThrottled: status = 429; reason = "TooManyProviderTokenUpdates"
+        case .retryOnAnotherConnection(.status(let s, let r)): status = s; reason = r?.rawValue ?? ""
+        case .retryOnAnotherConnection: return  // no answer: a transport event, counted with the connection
+        }
+        requestDuration.record(milliseconds: loop.now - request.submittedAt)
+        otherResponses["\(status) \(reason)", default: 0] += 1
+    }
+
     public func connectionClosed(_ connection: APNsConnection, error: ConnectionError?) {
         guard let index = memberIndex(connection) else { return }
         members[index].connection = nil
-        if case .goAway = error { goAwaysReceived += 1 }
+        switch error {
+        case .goAway: goAwaysReceived += 1
+        case .closedByPeer, .protocolError: connectionResets += 1
+        case .pingUnanswered: pingTimeouts += 1
+        default: break
+        }
         let graceful = members[index].acceptedSinceConnect
         if !graceful { members[index].consecutiveFailures += 1; connectionFailures += 1 }
         guard running else { return }

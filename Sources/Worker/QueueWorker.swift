@@ -1,5 +1,6 @@
 import APNs
 import Logging
+import Observability
 import Queue
 import Transport
 
@@ -51,6 +52,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     private var unconfirmed: [[Finalization]] = []
     private var finalizationScheduled = false
     private var random = SystemRandomNumberGenerator()
+    private var wallClock: Int64 = 0
+    private var wallClockStampedAt: Int64 = -1
 
     private enum Phase { case starting, running, draining, stopped }
     private var phase = Phase.starting
@@ -147,6 +150,48 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         writer?.close()
         logger.info("stopped", metadata: ["accepted": "\(counters.accepted)", "jobs_finished": "\(counters.jobsFinished)"])
         onStopped?()
+    }
+
+    /// Redis reachable, the group in place, reading (not starting, draining or stopped).
+    public var isReady: Bool {
+        phase == .running && groupReady && (writer?.isReady ?? false)
+    }
+
+    /// Reads the queue's depth, pending entries, lag and the sizes of the other keys (one pipeline).
+    public func sampleQueue(_ completion: @escaping (QueueSample?) -> Void) {
+        guard let writer, writer.isReady else { completion(nil); return }
+        let keys = configuration.keys
+        var sample = QueueSample()
+        writer.send(["XLEN", keys.jobs]) { result in sample.depth = Int(result.integerValue ?? 0) }
+        writer.send(["XINFO", "GROUPS", keys.jobs]) { result in
+            guard case .success(.array(let groups)) = result else { return }
+            for group in groups {
+                guard case .array(let pairs) = group else { continue }
+                var name: String? = nil
+                var pending = 0
+                var lag = 0
+                var index = 0
+                while index + 1 < pairs.count {
+                    switch pairs[index].string {
+                    case "name": name = pairs[index + 1].string
+                    case "pending": pending = Int(pairs[index + 1].integer ?? 0)
+                    case "lag": lag = Int(pairs[index + 1].integer ?? 0)
+                    default: break
+                    }
+                    index += 2
+                }
+                if name == keys.group {
+                    sample.pending = pending
+                    sample.lag = lag
+                }
+            }
+        }
+        writer.send(["ZCARD", keys.retry]) { result in sample.retrySetSize = Int(result.integerValue ?? 0) }
+        writer.send(["XLEN", keys.dead]) { result in sample.deadLetters = Int(result.integerValue ?? 0) }
+        writer.send(["XLEN", keys.feedback]) { result in
+            sample.feedback = Int(result.integerValue ?? 0)
+            completion(result.isSuccess ? sample : nil)
+        }
     }
 
     // MARK: Redis connections
@@ -464,7 +509,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         switch outcome {
         case .accepted:
             counters.accepted += 1
-            counters.latencySumMilliseconds += time.nowMilliseconds() - record.job.enqueuedAt
+            counters.endToEndLatency.record(milliseconds: acceptedWallClock() - record.job.enqueuedAt)
             if let collapseID = record.job.template.collapseID {
                 let key = collapseID + "\u{0}" + token.lowercased()
                 let origin = StreamEntryID(record.job.origin) ?? record.job.entryID
@@ -495,6 +540,16 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             record.held = true
         }
         complete(index)
+    }
+
+    /// Wall-clock ms for latency, read at most once per loop iteration (the loop's monotonic
+    /// time tells when it moved on), so a burst of answers costs one clock read.
+    private func acceptedWallClock() -> Int64 {
+        if loop.now != wallClockStampedAt {
+            wallClockStampedAt = loop.now
+            wallClock = time.nowMilliseconds()
+        }
+        return wallClock
     }
 
     static func describe(_ cause: RetryCause) -> (Int, String) {

@@ -1,3 +1,5 @@
+import Observability
+
 /// What one worker loop did, counted on its loop and read by metrics, tests and the load generator.
 public struct WorkerCounters: Sendable, Equatable {
     public var jobsRead = 0
@@ -13,8 +15,8 @@ public struct WorkerCounters: Sendable, Equatable {
     public var handedBack = 0
     public var unknownFields = 0
     public var redisErrors = 0
-    /// Enqueue-to-answer latency of accepted notifications, ms: sum and count (a histogram lives in metrics).
-    public var latencySumMilliseconds: Int64 = 0
+    /// Enqueue-to-answer latency of accepted notifications.
+    public var endToEndLatency = LatencyHistogram()
 
     public init() {}
 
@@ -33,7 +35,7 @@ public struct WorkerCounters: Sendable, Equatable {
         sum.handedBack += b.handedBack
         sum.unknownFields += b.unknownFields
         sum.redisErrors += b.redisErrors
-        sum.latencySumMilliseconds += b.latencySumMilliseconds
+        sum.endToEndLatency.merge(b.endToEndLatency)
         return sum
     }
 }

@@ -25,7 +25,7 @@ struct DemoCommand: ParsableCommand {
     @Option(name: .customLong("log-level")) var logLevel: String?
 
     func run() throws {
-        let logger = makeLogger(label: "herald.demo", level: logLevel ?? "warning")
+        let logger = try makeLogger(label: "herald.demo", level: logLevel ?? "warning")
         guard notifications >= 1, tokens >= 1 else { throw ValidationError("--notifications and --tokens must be at least 1") }
         let main = try EventLoop()
         let interrupted = InterruptFlag()

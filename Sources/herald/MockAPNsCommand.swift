@@ -37,7 +37,7 @@ struct MockAPNsCommand: ParsableCommand {
     @Option(name: .customLong("log-level")) var logLevel: String?
 
     func run() throws {
-        let logger = makeLogger(label: "herald.mock-apns", level: logLevel)
+        let logger = try makeLogger(label: "herald.mock-apns", level: logLevel)
         var configuration = MockAPNsConfiguration()
         configuration.host = host
         configuration.port = port

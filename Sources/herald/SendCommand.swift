@@ -37,7 +37,7 @@ struct SendCommand: ParsableCommand {
     @Option(name: .customLong("log-level")) var logLevel: String?
 
     func run() throws {
-        let logger = makeLogger(label: "herald.send", level: logLevel ?? "warning")
+        let logger = try makeLogger(label: "herald.send", level: logLevel ?? "warning")
         guard !tokens.isEmpty else { throw ValidationError("give at least one --token") }
         guard count >= 1 else { throw ValidationError("--count must be at least 1") }
         guard let type = PushType(rawValue: pushType) else {

@@ -2,6 +2,7 @@ import APNs
 import ArgumentParser
 import Glibc
 import Logging
+import Observability
 import Transport
 import Worker
 
@@ -119,11 +120,24 @@ extension Herald {
     static func environmentValue(_ name: String) -> String? { environment(name) }
 }
 
-/// Logging to standard error, at the level `--log-level` or HERALD_LOG_LEVEL says.
-func makeLogger(label: String, level: String?) -> Logger {
-    LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
+/// Logging to standard error, at the level and in the format the flags or HERALD_LOG_LEVEL and
+/// HERALD_LOG_FORMAT say.
+func makeLogger(label: String, level: String?, format: String? = nil) throws -> Logger {
+    let formatName = format ?? environment("LOG_FORMAT") ?? "text"
+    guard let logFormat = LogFormat(rawValue: formatName) else {
+        throw ValidationError("--log-format must be text, json or logfmt, not \(formatName)")
+    }
+    let levelName = level ?? environment("LOG_LEVEL") ?? "info"
+    guard let logLevel = Logger.Level(rawValue: levelName) else {
+        throw ValidationError("--log-level must be trace, debug, info, notice, warning, error or critical, not \(levelName)")
+    }
+    LoggingSystem.bootstrap { label in
+        var handler = LineLogHandler(label: label, format: logFormat)
+        handler.logLevel = logLevel
+        return handler
+    }
     var logger = Logger(label: label)
-    logger.logLevel = Logger.Level(rawValue: level ?? environment("LOG_LEVEL") ?? "info") ?? .info
+    logger.logLevel = logLevel
     return logger
 }
 

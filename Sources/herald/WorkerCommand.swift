@@ -2,6 +2,7 @@ import APNs
 import ArgumentParser
 import Glibc
 import Logging
+import Observability
 import Queue
 import Transport
 import Worker
@@ -32,9 +33,13 @@ struct WorkerCommand: ParsableCommand {
     @Option(name: .customLong("drain-timeout"), help: "Seconds to finish in-flight notifications on SIGTERM (env HERALD_DRAIN_TIMEOUT; default 30).") var drainTimeout: Int?
     @Option(help: "Event loops in this process, each with its own connections (env HERALD_THREADS; default 1).") var threads: Int?
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error, critical (env HERALD_LOG_LEVEL).") var logLevel: String?
+    @Option(name: .customLong("log-format"), help: "text, json or logfmt (env HERALD_LOG_FORMAT; default text).") var logFormat: String?
+    @Option(name: .customLong("metrics-port"), help: "Port of /metrics, /healthz and /readyz (env HERALD_METRICS_PORT; default 9464; 0 picks a free port).") var metricsPort: Int?
+    @Option(name: .customLong("metrics-host"), help: "Address the metrics server binds (env HERALD_METRICS_HOST; default 0.0.0.0).") var metricsHost: String?
+    @Flag(name: .customLong("no-metrics"), help: "Do not serve /metrics, /healthz, /readyz.") var noMetrics = false
 
     func run() throws {
-        let logger = makeLogger(label: "herald.worker", level: logLevel)
+        let logger = try makeLogger(label: "herald.worker", level: logLevel, format: logFormat)
         let endpoint = try queueOptions.endpoint()
         let keys = queueOptions.keys()
         let poolConfiguration = try target.poolConfiguration()
@@ -67,6 +72,23 @@ struct WorkerCommand: ParsableCommand {
         }
         let host = hostName()
         let pid = getpid()
+        let metrics = HeraldMetrics()
+        let health = HealthState(loops: threadCount)
+        metrics.gauge("herald_build_info", [("version", HeraldVersion.string), ("swift_version", HeraldVersion.swift)]).record(1)
+        var metricsServer: MetricsHTTPServer? = nil
+        if !noMetrics {
+            let port = try metricsPort ?? intEnvironment("METRICS_PORT") ?? 9464
+            let server = MetricsHTTPServer(loop: main) { path in
+                serveOperations(path: path, metrics: metrics, health: health)
+            }
+            do {
+                try server.start(host: metricsHost ?? environmentValue("METRICS_HOST") ?? "0.0.0.0", port: port)
+            } catch {
+                throw ValidationError("cannot serve metrics on port \(port): \(error) (use --metrics-port or --no-metrics)")
+            }
+            metricsServer = server
+            logger.info("metrics on :\(server.port)/metrics, health on /healthz and /readyz")
+        }
         for index in 0..<threadCount {
             let thread = try EventLoopThread()
             loops.append(thread)
@@ -90,9 +112,15 @@ struct WorkerCommand: ParsableCommand {
                     let tokens = try resolvedCredentials.tokenSource(time: .system, logger: threadLogger)
                     let pool = try ConnectionPool(loop: thread.loop, configuration: poolConfig, tokens: tokens, logger: threadLogger)
                     let worker = QueueWorker(loop: thread.loop, configuration: consumerConfig, pool: pool, redis: endpoint, logger: threadLogger)
-                    worker.onStopped = stoppedOnMain
+                    let publisher = WorkerMetrics(metrics: metrics, health: health, loopIndex: index, worker: worker)
+                    worker.onStopped = {
+                        publisher.stop()
+                        stoppedOnMain()
+                    }
                     box.worker = worker
+                    box.publisher = publisher
                     worker.start()
+                    publisher.start()
                     return .success(())
                 } catch {
                     return .failure(error)
@@ -105,6 +133,7 @@ struct WorkerCommand: ParsableCommand {
         ])
         main.run()
         _ = signals
+        metricsServer?.stop()
         var total = WorkerCounters()
         for box in workers {
             total = total + box.thread.submitAndWait { box.worker?.counters ?? WorkerCounters() }
@@ -127,6 +156,7 @@ final class RunningCount: @unchecked Sendable {
 final class WorkerBox: @unchecked Sendable {
     let thread: EventLoopThread
     var worker: QueueWorker?
+    var publisher: WorkerMetrics?
 
     init(thread: EventLoopThread) { self.thread = thread }
 
@@ -140,4 +170,30 @@ func hostName() -> String {
     gethostname(&buffer, buffer.count)
     let name = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     return name.isEmpty ? "herald" : name
+}
+
+/// The answers of the operations endpoints.
+func serveOperations(path: String, metrics: HeraldMetrics, health: HealthState) -> MetricsHTTPServer.Response {
+    switch path {
+    case "/metrics":
+        return MetricsHTTPServer.Response(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.render())
+    case "/healthz":
+        let (live, why) = health.isLive(now: EventLoop.monotonicMilliseconds())
+        return MetricsHTTPServer.Response(status: live ? 200 : 503, body: Array((why + "\n").utf8))
+    case "/readyz":
+        let (ready, why) = health.isReady()
+        return MetricsHTTPServer.Response(status: ready ? 200 : 503, body: Array((why + "\n").utf8))
+    default:
+        return MetricsHTTPServer.Response(status: 404, body: Array("try /metrics, /healthz or /readyz\n".utf8))
+    }
+}
+
+/// Herald's version, shown in herald_build_info and --version.
+enum HeraldVersion {
+    static let string = "0.1.0"
+    #if swift(>=6.3)
+    static let swift = "6.3"
+    #else
+    static let swift = "6"
+    #endif
 }

@@ -1,0 +1,178 @@
+import CoreMetrics
+import Logging
+import Observability
+import Queue
+import Transport
+
+/// Publishes one worker loop's counts to the process's metrics about once a second.
+///
+/// The hot path only bumps plain integers and a local histogram on its loop; this publisher turns
+/// their growth since the last second into swift-metrics counter increments, sets gauges, merges
+/// histograms into the shared ones, stamps the loop's heartbeat and readiness, and (on loop 0)
+/// samples the queue's depth, pending entries, lag and the other streams. Loop-confined.
+public final class WorkerMetrics {
+    private let metrics: HeraldMetrics
+    private let health: HealthState
+    private let loopIndex: Int
+    private let worker: QueueWorker
+    private let app: String
+    private let queue: String
+    private let samplesQueue: Bool
+    private var timer: EventLoop.TimerID?
+    private var tick = 0
+
+    private var lastCounters = WorkerCounters()
+    private var lastAccepted = 0
+    private var lastResponses: [String: Int] = [:]
+    private var lastDuration = LatencyHistogram()
+    private var lastEvents = (opened: 0, failed: 0, goaway: 0, reset: 0, ping: 0)
+    private var lastMints = 0
+
+    private var counterCache: [String: CoreMetrics.Counter] = [:]
+    private var gaugeCache: [String: CoreMetrics.Gauge] = [:]
+
+    public init(metrics: HeraldMetrics, health: HealthState, loopIndex: Int, worker: QueueWorker, app: String = "default") {
+        self.metrics = metrics
+        self.health = health
+        self.loopIndex = loopIndex
+        self.worker = worker
+        self.app = app
+        self.queue = worker.configuration.keys.queue
+        self.samplesQueue = loopIndex == 0
+        metrics.histograms.declare(name: "herald_apns_request_duration_seconds", labels: [("app", app)],
+                                   help: "Time from opening an HTTP/2 stream to APNs' answer.")
+        metrics.histograms.declare(name: "herald_end_to_end_latency_seconds", labels: [("app", app), ("queue", queue)],
+                                   help: "Time from enqueue (stream entry id) to APNs accepting the notification.")
+    }
+
+    /// Starts publishing every `intervalMilliseconds` on the worker's loop.
+    public func start(intervalMilliseconds: Int64 = 1_000) {
+        publish()
+        timer = worker.loop.schedule(afterMilliseconds: intervalMilliseconds) { [weak self] in
+            self?.start(intervalMilliseconds: intervalMilliseconds)
+        }
+    }
+
+    public func stop() {
+        if let timer { worker.loop.cancel(timer) }
+        publish()
+        health.setReady(loop: loopIndex, false)
+    }
+
+    private func counter(_ name: String, _ labels: [(String, String)]) -> CoreMetrics.Counter {
+        let key = name + PrometheusText.labels(labels)
+        if let cached = counterCache[key] { return cached }
+        let made = metrics.counter(name, labels)
+        counterCache[key] = made
+        return made
+    }
+
+    private func gauge(_ name: String, _ labels: [(String, String)]) -> CoreMetrics.Gauge {
+        let key = name + PrometheusText.labels(labels)
+        if let cached = gaugeCache[key] { return cached }
+        let made = metrics.gauge(name, labels)
+        gaugeCache[key] = made
+        return made
+    }
+
+    private func add(_ name: String, _ labels: [(String, String)], _ delta: Int) {
+        if delta > 0 { counter(name, labels).increment(by: Int64(delta)) }
+    }
+
+    /// One publication: counter growth, gauges, histograms, health.
+    public func publish() {
+        let now = EventLoop.monotonicMilliseconds()
+        health.beat(loop: loopIndex, now: now)
+        health.setReady(loop: loopIndex, worker.isReady)
+
+        let counters = worker.counters
+        let previous = lastCounters
+        let outcome = [("app", app), ("queue", queue)]
+        add("herald_notifications_total", outcome + [("outcome", "accepted")], counters.accepted - previous.accepted)
+        add("herald_notifications_total", outcome + [("outcome", "dead_token")], counters.deadTokens - previous.deadTokens)
+        add("herald_notifications_total", outcome + [("outcome", "dead_lettered")], counters.deadLettered - previous.deadLettered)
+        add("herald_notifications_total", outcome + [("outcome", "retried")], counters.retried - previous.retried)
+        add("herald_notifications_total", outcome + [("outcome", "superseded")], counters.superseded - previous.superseded)
+        add("herald_notifications_total", outcome + [("outcome", "handed_back")], counters.handedBack - previous.handedBack)
+        let q = [("queue", queue)]
+        add("herald_jobs_read_total", q, counters.jobsRead - previous.jobsRead)
+        add("herald_jobs_reclaimed_total", q, counters.jobsReclaimed - previous.jobsReclaimed)
+        add("herald_jobs_superseded_total", q, counters.superseded - previous.superseded)
+        add("herald_jobs_retried_total", q, counters.retried - previous.retried)
+        add("herald_redis_errors_total", q, counters.redisErrors - previous.redisErrors)
+        for (reason, count) in counters.deadLetteredByReason {
+            add("herald_jobs_dead_lettered_total", q + [("reason", reason)], count - (previous.deadLetteredByReason[reason] ?? 0))
+        }
+        metrics.histograms.add(counters.endToEndLatency.subtracting(previous.endToEndLatency),
+                               name: "herald_end_to_end_latency_seconds", labels: outcome)
+        lastCounters = counters
+
+        let pool = worker.pool
+        add("herald_apns_responses_total", [("app", app), ("status", "200"), ("reason", "")], pool.acceptedResponses - lastAccepted)
+        lastAccepted = pool.acceptedResponses
+        for (key, count) in pool.otherResponses {
+            let parts = key.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: false)
+            let status = String(parts[0])
+            let reason = parts.count > 1 ? String(parts[1]) : ""
+            add("herald_apns_responses_total", [("app", app), ("status", status), ("reason", reason)], count - (lastResponses[key] ?? 0))
+        }
+        lastResponses = pool.otherResponses
+        metrics.histograms.add(pool.requestDuration.subtracting(lastDuration), name: "herald_apns_request_duration_seconds", labels: [("app", app)])
+        lastDuration = pool.requestDuration
+
+        let events = (pool.connectionsOpened, pool.connectionFailures, pool.goAwaysReceived, pool.connectionResets, pool.pingTimeouts)
+        add("herald_connection_events_total", [("app", app), ("event", "opened")], events.0 - lastEvents.opened)
+        add("herald_connection_events_total", [("app", app), ("event", "failed")], events.1 - lastEvents.failed)
+        add("herald_connection_events_total", [("app", app), ("event", "goaway")], events.2 - lastEvents.goaway)
+        add("herald_connection_events_total", [("app", app), ("event", "reset")], events.3 - lastEvents.reset)
+        add("herald_connection_events_total", [("app", app), ("event", "ping_timeout")], events.4 - lastEvents.ping)
+        lastEvents = events
+        let mints = pool.tokens?.mintCount ?? 0
+        add("herald_jwt_mints_total", [("app", app)], mints - lastMints)
+        lastMints = mints
+
+        var ready = 0, connecting = 0, goingAway = 0
+        for connection in pool.connections {
+            switch connection.state {
+            case .ready: ready += 1
+            case .idle, .connecting: connecting += 1
+            case .goingAway: goingAway += 1
+            case .closed: break
+            }
+        }
+        let appLabel = [("app", app)]
+        gauge("herald_connections", appLabel + [("state", "ready")]).record(ready)
+        gauge("herald_connections", appLabel + [("state", "connecting")]).record(connecting)
+        gauge("herald_connections", appLabel + [("state", "going_away")]).record(goingAway)
+        gauge("herald_streams_in_flight", appLabel).record(pool.inFlight)
+        gauge("herald_stream_slots_free", appLabel).record(pool.freeSlots)
+        gauge("herald_credentials_rejected", appLabel).record(pool.stoppedReason == nil ? 0 : 1)
+        if pool.lastAcceptedAt > 0 {
+            gauge("herald_last_success_timestamp_seconds", appLabel).record(Double(pool.lastAcceptedAt) / 1000)
+        }
+
+        tick += 1
+        if samplesQueue && tick % 5 == 1 {
+            worker.sampleQueue { [weak self] sample in
+                guard let self, let sample else { return }
+                let q = [("queue", self.queue)]
+                self.gauge("herald_queue_depth", q).record(sample.depth)
+                self.gauge("herald_queue_pending", q).record(sample.pending)
+                self.gauge("herald_consumer_lag", q).record(sample.lag)
+                self.gauge("herald_retry_set_size", q).record(sample.retrySetSize)
+                self.gauge("herald_dead_letter_stream_length", q).record(sample.deadLetters)
+                self.gauge("herald_feedback_stream_length", q).record(sample.feedback)
+            }
+        }
+    }
+}
+
+/// One reading of a queue's Redis state.
+public struct QueueSample: Sendable, Equatable {
+    public var depth = 0
+    public var pending = 0
+    public var lag = 0
+    public var retrySetSize = 0
+    public var deadLetters = 0
+    public var feedback = 0
+}
