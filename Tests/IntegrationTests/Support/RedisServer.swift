@@ -1,0 +1,133 @@
+import Foundation
+import Glibc
+import Transport
+
+/// A private `redis-server` for one test: a free port on 127.0.0.1, a fresh temporary directory,
+/// no RDB snapshots, and (when asked) an append-only file so that a restart keeps the data.
+/// Killed when the test ends (`stop()` or deinit). Tests reach it through `RedisClient`.
+final class RedisServer: @unchecked Sendable {
+    let directory: TemporaryDirectory
+    let port: Int
+    let appendOnly: Bool
+    private var process: Process?
+
+    var endpoint: RedisEndpoint { RedisEndpoint(host: "127.0.0.1", port: port) }
+    var url: String { "redis://127.0.0.1:\(port)" }
+
+    /// Starts `redis-server` and waits until it answers PING.
+    init(appendOnly: Bool = false) throws {
+        directory = try TemporaryDirectory(prefix: "herald-redis")
+        self.appendOnly = appendOnly
+        // The free port is only free until someone takes it: try a few.
+        var lastError: (any Error)? = nil
+        for _ in 0..<5 {
+            let candidate = try RedisServer.freePort()
+            if let error = RedisServer.launch(port: candidate, directory: directory, appendOnly: appendOnly, into: &process) {
+                lastError = error
+                continue
+            }
+            port = candidate
+            return
+        }
+        throw lastError ?? RedisServerError("redis-server did not start")
+    }
+
+    deinit { stop() }
+
+    static func executable() throws -> String {
+        for directory in (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":") + ["/usr/bin", "/usr/local/bin"] {
+            let path = "\(directory)/redis-server"
+            if access(path, X_OK) == 0 { return path }
+        }
+        throw RedisServerError("redis-server is not installed: run `make deps` (apt-get install redis-server)")
+    }
+
+    /// (Re)starts the server on `port` with the same directory (and so the same append-only file).
+    func start() throws {
+        precondition(process == nil, "redis-server is already running")
+        if let error = RedisServer.launch(port: port, directory: directory, appendOnly: appendOnly, into: &process) { throw error }
+    }
+
+    /// Starts redis-server and waits until it answers PING; the error, or nil with `process` set.
+    private static func launch(port: Int, directory: TemporaryDirectory, appendOnly: Bool, into slot: inout Process?) -> (any Error)? {
+        let process = Process()
+        do {
+            process.executableURL = URL(fileURLWithPath: try RedisServer.executable())
+            process.arguments = [
+                "--port", String(port), "--bind", "127.0.0.1", "--dir", directory.path, "--save", "",
+                "--appendonly", appendOnly ? "yes" : "no", "--daemonize", "no", "--protected-mode", "no",
+                "--logfile", directory.path("redis.log"),
+            ]
+            process.standardInput = FileHandle.nullDevice
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+        } catch {
+            return error
+        }
+        let deadline = EventLoop.monotonicMilliseconds() + 10_000
+        while EventLoop.monotonicMilliseconds() < deadline {
+            if !process.isRunning { break }
+            if RedisServer.ping(port: port) {
+                slot = process
+                return nil
+            }
+            usleep(10_000)
+        }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+        let log = (try? String(contentsOfFile: directory.path("redis.log"), encoding: .utf8)) ?? ""
+        return RedisServerError("redis-server on port \(port) did not answer PING within 10 s; its log:\n\(log.suffix(2000))")
+    }
+
+    /// Kills the server at once (SIGKILL: no shutdown save, connections reset) and reaps it.
+    func stop() {
+        guard let process else { return }
+        self.process = nil
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+    }
+
+    /// SIGKILL, then a new server on the same port and directory. With `appendOnly` the data
+    /// survives: Redis writes the append-only file before it answers a command.
+    func restart() throws {
+        stop()
+        try start()
+    }
+
+    var isRunning: Bool { process?.isRunning ?? false }
+
+    /// A free TCP port on 127.0.0.1 (bound to port 0 and released).
+    static func freePort() throws -> Int {
+        let (fd, port) = try Socket.listen(host: "127.0.0.1", port: 0)
+        close(fd)
+        return port
+    }
+
+    /// A blocking `PING` that is true only for `+PONG` (not `-LOADING` while the AOF loads).
+    static func ping(port: Int) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var timeout = timeval(tv_sec: 1, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else { return false }
+        let request = Array("PING\r\n".utf8)
+        guard write(fd, request, request.count) == request.count else { return false }
+        var buffer = [UInt8](repeating: 0, count: 64)
+        let count = read(fd, &buffer, buffer.count)
+        return count >= 5 && Array(buffer[0..<5]) == Array("+PONG".utf8)
+    }
+}
+
+struct RedisServerError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
