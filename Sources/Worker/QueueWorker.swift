@@ -15,7 +15,12 @@ import Transport
 public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate, TickObserver {
     public let loop: EventLoop
     public let configuration: WorkerConfiguration
-    public let pool: ConnectionPool
+    /// One lane per app: its pool (own team/key or certificate, own connections) and its queue of
+    /// tokens waiting for a stream slot.
+    public let lanes: [AppLane]
+    private let laneByName: [String: Int]
+    /// The first app's pool (the only one in a single-app worker).
+    public var pool: ConnectionPool { lanes[0].pool }
     private let endpoint: RedisEndpoint
     private let time: TimeSource
     private var logger: Logger
@@ -40,12 +45,10 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     private var claimCursor = "0-0"
     private var claimInFlight = false
 
-    // Jobs held in memory, the tokens waiting for a stream slot, and what waits to be written.
+    // Jobs held in memory and what waits to be written.
     private var jobs: [JobRecord?] = []
     private var freeJobIndices: [Int] = []
     private var heldEntries = Set<StreamEntryID>()
-    private var sendQueue: [UInt64] = []
-    private var sendHead = 0
     private var queuedCollapse: [String: UInt64] = [:]
     private var acceptedCollapse: [String: StreamEntryID] = [:]
     private var finishing: [Finalization] = []
@@ -58,12 +61,15 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     private enum Phase { case starting, running, draining, stopped }
     private var phase = Phase.starting
     private var drainTimer: EventLoop.TimerID?
-    /// Set when APNs refused the credentials: nothing is read or sent, jobs stay pending.
-    public private(set) var stoppedSendingReason: String?
+    /// Set when APNs refused every app's credentials: nothing is read.
+    public var stoppedSendingReason: String? {
+        lanes.allSatisfy { $0.stoppedReason != nil } ? lanes[0].stoppedReason : nil
+    }
 
     /// One job's progress: how many tokens still wait for an outcome, and what the others got.
     final class JobRecord {
         let job: Job
+        let lane: Int
         var remaining: Int
         var superseded: [Bool]
         var feedback: [(token: String, reason: String, timestamp: Int64?)] = []
@@ -71,12 +77,12 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         var retryTokens: [String] = []
         var retryDelay: Int64 = 0
         var attempts: Int
-        var held = false
         /// Tokens put back unsent on drain (in `retryTokens`, but not retries).
         var handedBack = 0
 
-        init(job: Job) {
+        init(job: Job, lane: Int) {
             self.job = job
+            self.lane = lane
             remaining = job.tokens.count
             superseded = Array(repeating: false, count: job.tokens.count)
             attempts = job.attempts
@@ -89,16 +95,30 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         var commands: [[RedisArgument]]
     }
 
-    public init(loop: EventLoop, configuration: WorkerConfiguration, pool: ConnectionPool, redis: RedisEndpoint, time: TimeSource = .system, logger: Logger) {
+    /// A single-app worker: jobs without an `app` field (or `app` = `default`) use `pool`.
+    public convenience init(loop: EventLoop, configuration: WorkerConfiguration, pool: ConnectionPool, redis: RedisEndpoint,
+                            time: TimeSource = .system, logger: Logger) {
+        self.init(loop: loop, configuration: configuration,
+                  apps: [WorkerApp(name: WorkerApp.defaultName, pool: pool, defaults: configuration.defaults)],
+                  redis: redis, time: time, logger: logger)
+    }
+
+    /// A worker for several apps; a job names its app with the `app` field (default `default`).
+    public init(loop: EventLoop, configuration: WorkerConfiguration, apps: [WorkerApp], redis: RedisEndpoint,
+                time: TimeSource = .system, logger: Logger) {
+        precondition(!apps.isEmpty, "a worker needs at least one app")
         self.loop = loop
         self.configuration = configuration
-        self.pool = pool
+        lanes = apps.map { AppLane(app: $0) }
+        var names: [String: Int] = [:]
+        for (index, app) in apps.enumerated() { names[app.name] = index }
+        laneByName = names
         self.endpoint = redis
         self.time = time
         self.logger = logger
         self.logger[metadataKey: "queue"] = "\(configuration.keys.queue)"
         self.logger[metadataKey: "consumer"] = "\(configuration.consumer)"
-        pool.delegate = self
+        for lane in lanes { lane.pool.delegate = self }
     }
 
     // MARK: lifecycle
@@ -106,7 +126,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     /// Connects to Redis and APNs and starts reading. Loop thread only.
     public func start() {
         phase = .running
-        pool.start()
+        for lane in lanes { lane.pool.start() }
         connectRedis()
         scheduleRetryPromotion()
         scheduleClaim()
@@ -117,7 +137,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     public func drain() {
         guard phase == .running || phase == .starting else { return }
         phase = .draining
-        logger.info("draining", metadata: ["in_flight": "\(pool.inFlight)", "queued": "\(sendQueue.count - sendHead)"])
+        logger.info("draining", metadata: ["in_flight": "\(inFlight)", "queued": "\(queuedTokens)"])
         if let retryTimer { loop.cancel(retryTimer) }
         if let claimTimer { loop.cancel(claimTimer) }
         if let pauseTimer { loop.cancel(pauseTimer) }
@@ -125,7 +145,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         drainTimer = loop.schedule(afterMilliseconds: configuration.drainTimeoutMilliseconds) { [weak self] in
             guard let self, self.phase == .draining else { return }
             self.logger.warning("drain timeout: unfinished notifications stay pending for other workers",
-                                metadata: ["in_flight": "\(self.pool.inFlight)"])
+                                metadata: ["in_flight": "\(self.inFlight)"])
             self.finishStopping()
         }
         checkDrained()
@@ -133,7 +153,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
 
     private func checkDrained() {
         guard phase == .draining else { return }
-        if pool.inFlight == 0 && finishing.isEmpty && unconfirmed.isEmpty {
+        if inFlight == 0 && finishing.isEmpty && unconfirmed.isEmpty {
             finishStopping()
         }
     }
@@ -143,7 +163,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         phase = .stopped
         if let drainTimer { loop.cancel(drainTimer) }
         if let reconnectTimer { loop.cancel(reconnectTimer) }
-        pool.stop()
+        for lane in lanes { lane.pool.stop() }
         reader?.delegate = nil
         writer?.delegate = nil
         reader?.close()
@@ -273,16 +293,32 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     // MARK: reading
 
     /// Tokens waiting locally for a stream slot.
-    private var queuedTokens: Int { sendQueue.count - sendHead }
+    private var queuedTokens: Int { lanes.reduce(0) { $0 + $1.queued } }
+
+    /// Notifications in flight on every app's connections.
+    public var inFlight: Int { lanes.reduce(0) { $0 + $1.pool.inFlight } }
 
     private func readCapacity() -> Int {
-        min(configuration.batch, pool.freeSlots + configuration.readAhead - queuedTokens)
+        var free = 0
+        for lane in lanes where lane.stoppedReason == nil { free += lane.pool.freeSlots }
+        return min(configuration.batch, free + configuration.readAhead - queuedTokens)
+    }
+
+    /// Most of the sending apps' connections are down (e.g. a 503 storm).
+    private var mostConnectionsDown: Bool {
+        var ready = 0, configured = 0, free = 0
+        for lane in lanes where lane.stoppedReason == nil {
+            ready += lane.pool.readyConnections
+            configured += lane.pool.configuration.connections
+            free += lane.pool.freeSlots
+        }
+        return ready * 2 < configured && free == 0
     }
 
     private func maybeRead() {
         guard phase == .running, stoppedSendingReason == nil, groupReady, !readInFlight,
               let reader, reader.isReady else { return }
-        if pool.readyConnections * 2 < pool.configuration.connections && pool.freeSlots == 0 {
+        if mostConnectionsDown {
             pauseReading()
             return
         }
@@ -326,7 +362,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         pauseTimer = loop.schedule(afterMilliseconds: delay) { [weak self] in
             guard let self else { return }
             self.pauseTimer = nil
-            if self.pool.readyConnections * 2 >= self.pool.configuration.connections { self.pauseFailures = 0 }
+            if !self.mostConnectionsDown { self.pauseFailures = 0 }
             self.maybeRead()
         }
     }
@@ -389,19 +425,27 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                                 status: 0, attempts: 0)
                 continue
             }
-            switch JobDecoder.decode(entryID: entry.id, fields: fields, defaults: configuration.defaults) {
+            let appName = fields.first { $0.name == JobField.app }.map { String(decoding: $0.value, as: UTF8.self) }
+            guard let laneIndex = laneByName[appName.flatMap { $0.isEmpty ? nil : $0 } ?? WorkerApp.defaultName] else {
+                deadLetterEntry(entry.id, fields: fields, reason: "unknown_app",
+                                message: "The job names app \"\(appName ?? "")\", which this worker is not configured for (apps: \(lanes.map(\.name).joined(separator: ", "))).",
+                                status: 0, attempts: 0)
+                continue
+            }
+            switch JobDecoder.decode(entryID: entry.id, fields: fields, defaults: lanes[laneIndex].defaults) {
             case .failure(let error):
                 deadLetterEntry(entry.id, fields: fields, reason: error.code, message: error.description, status: 0, attempts: 0)
             case .success(let job):
                 counters.unknownFields += job.unknownFields
-                admit(job)
+                admit(job, lane: laneIndex)
             }
         }
         pump()
     }
 
-    private func admit(_ job: Job) {
-        let record = JobRecord(job: job)
+    private func admit(_ job: Job, lane laneIndex: Int) {
+        let record = JobRecord(job: job, lane: laneIndex)
+        let lane = lanes[laneIndex]
         let index: Int
         if let free = freeJobIndices.popLast() {
             index = free
@@ -435,7 +479,15 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 }
                 queuedCollapse[key] = context
             }
-            sendQueue.append(context)
+            if lane.stoppedReason != nil {
+                // APNs refused this app's credentials: park the job in the retry set, never the dead letters.
+                record.retryTokens.append(token)
+                record.handedBack += 1
+                record.retryDelay = max(record.retryDelay, QueueWorker.credentialsRetryMilliseconds)
+                record.remaining -= 1
+                continue
+            }
+            lane.enqueue(context)
         }
         if record.remaining == 0 { finish(index) }
     }
@@ -459,13 +511,17 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
 
     // MARK: sending
 
-    /// Moves queued tokens into free stream slots.
+    /// Moves queued tokens into free stream slots, app by app.
     private func pump() {
-        guard stoppedSendingReason == nil, phase != .stopped else { return }
+        guard phase != .stopped else { return }
+        for lane in lanes where lane.stoppedReason == nil { pump(lane) }
+        maybeRead()
+    }
+
+    private func pump(_ lane: AppLane) {
+        let pool = lane.pool
         var free = pool.freeSlots
-        while free > 0, sendHead < sendQueue.count {
-            let context = sendQueue[sendHead]
-            sendHead += 1
+        while free > 0, let context = lane.next() {
             let index = Int(context >> 16)
             let tokenIndex = Int(context & 0xFFFF)
             guard let record = jobs[index] else { continue }
@@ -481,20 +537,13 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             }
             let request = PendingRequest(notification: record.job.notification(forToken: token), context: context, attempts: record.job.attempts)
             guard pool.send(request) else {
-                sendHead -= 1
+                lane.putBack()
                 break
             }
             counters.notificationsSent += 1
             free -= 1
         }
-        if sendHead == sendQueue.count {
-            sendQueue.removeAll(keepingCapacity: true)
-            sendHead = 0
-        } else if sendHead > 65_536 {
-            sendQueue.removeFirst(sendHead)
-            sendHead = 0
-        }
-        maybeRead()
+        lane.compact()
     }
 
     public func poolHasFreeSlots(_ pool: ConnectionPool) {
@@ -536,8 +585,10 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             scheduleRetry(record, token: token, request: request, status: 429, reason: "TooManyProviderTokenUpdates",
                           delay: 60_000)
         case .credentialsRejected:
-            // Not the notification's fault: the job stays pending in Redis, never dead-lettered.
-            record.held = true
+            // Not the notification's fault: parked in the retry set, never dead-lettered, no attempt counted.
+            record.retryTokens.append(token)
+            record.handedBack += 1
+            record.retryDelay = max(record.retryDelay, QueueWorker.credentialsRetryMilliseconds)
         }
         complete(index)
     }
@@ -585,23 +636,31 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         if phase == .draining { checkDrained() }
     }
 
+    /// How long jobs of an app whose credentials APNs refused wait in the retry set before the next look.
+    static let credentialsRetryMilliseconds: Int64 = 60_000
+
     public func pool(_ pool: ConnectionPool, stoppedSending reason: String) {
-        stoppedSendingReason = reason
-        logger.critical("APNs refused this app's credentials: stopped sending; jobs stay pending in Redis", metadata: ["reason": "\(reason)"])
-        // What was not sent stays pending in Redis for a worker with good credentials (or a restart).
-        for context in sendQueue[sendHead...] {
-            if let record = jobRecord(for: context) { record.held = true }
-        }
-        for request in pool.takeQueuedResends() {
-            if let record = jobRecord(for: request.context) { record.held = true }
-        }
-        sendQueue.removeAll()
-        sendHead = 0
-        for index in jobs.indices {
-            guard let record = jobs[index], record.held else { continue }
-            heldEntries.remove(record.job.entryID)
-            jobs[index] = nil
-            freeJobIndices.append(index)
+        guard let lane = lanes.first(where: { $0.pool === pool }) else { return }
+        lane.stoppedReason = reason
+        logger.critical("APNs refused this app's credentials: stopped sending for it; its jobs wait in the retry set, never in the dead letters",
+                        metadata: ["app": "\(lane.name)", "reason": "\(reason)"])
+        // Everything of this app not yet answered goes to the retry set, with no attempt counted.
+        var parked: [UInt64] = []
+        while let context = lane.next() { parked.append(context) }
+        lane.compact()
+        parked.append(contentsOf: pool.takeQueuedResends().map(\.context))
+        for context in parked {
+            let index = Int(context >> 16)
+            guard index < jobs.count, let record = jobs[index] else { continue }
+            let tokenIndex = Int(context & 0xFFFF)
+            if record.superseded[tokenIndex] {
+                counters.superseded += 1
+            } else {
+                record.retryTokens.append(record.job.tokens[tokenIndex])
+                record.handedBack += 1
+                record.retryDelay = max(record.retryDelay, QueueWorker.credentialsRetryMilliseconds)
+            }
+            complete(index)
         }
     }
 
@@ -612,7 +671,6 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         jobs[index] = nil
         freeJobIndices.append(index)
         heldEntries.remove(record.job.entryID)
-        if record.held { return }
         counters.jobsFinished += 1
         let job = record.job
         let keys = configuration.keys
@@ -739,9 +797,12 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     /// Tokens never sent go back to the queue (retry set, due now) so other workers take them at once.
     private func handBackQueued() {
         var handedBack = 0
-        while sendHead < sendQueue.count {
-            let context = sendQueue[sendHead]
-            sendHead += 1
+        var contexts: [UInt64] = []
+        for lane in lanes {
+            while let context = lane.next() { contexts.append(context) }
+            lane.compact()
+        }
+        for context in contexts {
             let index = Int(context >> 16)
             guard let record = jobs[index] else { continue }
             let tokenIndex = Int(context & 0xFFFF)
@@ -755,8 +816,6 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             }
             complete(index)
         }
-        sendQueue.removeAll()
-        sendHead = 0
         if handedBack > 0 { logger.info("handed back unsent notifications", metadata: ["count": "\(handedBack)"]) }
     }
 
@@ -822,6 +881,59 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 }
                 self.accept(entries, deliveries: deliveries)
             }
+        }
+    }
+}
+
+/// One app a worker sends for: its name (the job's `app` field), its pool and its job defaults.
+public struct WorkerApp {
+    public static let defaultName = "default"
+    public let name: String
+    public let pool: ConnectionPool
+    public let defaults: JobDefaults
+
+    public init(name: String, pool: ConnectionPool, defaults: JobDefaults) {
+        self.name = name
+        self.pool = pool
+        self.defaults = defaults
+    }
+}
+
+/// An app's pool and the tokens waiting for one of its stream slots. Loop-confined.
+public final class AppLane {
+    public let name: String
+    public let pool: ConnectionPool
+    public let defaults: JobDefaults
+    /// Set when APNs refused this app's credentials.
+    public internal(set) var stoppedReason: String?
+    private var queue: [UInt64] = []
+    private var head = 0
+
+    init(app: WorkerApp) {
+        name = app.name
+        pool = app.pool
+        defaults = app.defaults
+    }
+
+    var queued: Int { queue.count - head }
+
+    func enqueue(_ context: UInt64) { queue.append(context) }
+
+    func next() -> UInt64? {
+        guard head < queue.count else { return nil }
+        head += 1
+        return queue[head - 1]
+    }
+
+    func putBack() { head -= 1 }
+
+    func compact() {
+        if head == queue.count {
+            queue.removeAll(keepingCapacity: true)
+            head = 0
+        } else if head > 65_536 {
+            queue.removeFirst(head)
+            head = 0
         }
     }
 }

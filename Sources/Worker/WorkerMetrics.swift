@@ -22,25 +22,35 @@ public final class WorkerMetrics {
     private var tick = 0
 
     private var lastCounters = WorkerCounters()
-    private var lastAccepted = 0
-    private var lastResponses: [String: Int] = [:]
-    private var lastDuration = LatencyHistogram()
-    private var lastEvents = (opened: 0, failed: 0, goaway: 0, reset: 0, ping: 0)
-    private var lastMints = 0
+    /// What each app's pool had reported at the last publication.
+    private var lastPools: [PoolReading]
+
+    struct PoolReading {
+        var accepted = 0
+        var responses: [String: Int] = [:]
+        var duration = LatencyHistogram()
+        var events = [0, 0, 0, 0, 0]
+        var mints = 0
+    }
 
     private var counterCache: [String: CoreMetrics.Counter] = [:]
     private var gaugeCache: [String: CoreMetrics.Gauge] = [:]
 
-    public init(metrics: HeraldMetrics, health: HealthState, loopIndex: Int, worker: QueueWorker, app: String = "default") {
+    /// `app` labels the worker-wide outcome counters: the app's name in a single-app worker, `all`
+    /// when one worker serves several (per-app answers are in herald_apns_responses_total).
+    public init(metrics: HeraldMetrics, health: HealthState, loopIndex: Int, worker: QueueWorker) {
         self.metrics = metrics
         self.health = health
         self.loopIndex = loopIndex
         self.worker = worker
-        self.app = app
+        self.app = worker.lanes.count == 1 ? worker.lanes[0].name : "all"
         self.queue = worker.configuration.keys.queue
         self.samplesQueue = loopIndex == 0
-        metrics.histograms.declare(name: "herald_apns_request_duration_seconds", labels: [("app", app)],
-                                   help: "Time from opening an HTTP/2 stream to APNs' answer.")
+        lastPools = worker.lanes.map { _ in PoolReading() }
+        for lane in worker.lanes {
+            metrics.histograms.declare(name: "herald_apns_request_duration_seconds", labels: [("app", lane.name)],
+                                       help: "Time from opening an HTTP/2 stream to APNs' answer.")
+        }
         metrics.histograms.declare(name: "herald_end_to_end_latency_seconds", labels: [("app", app), ("queue", queue)],
                                    help: "Time from enqueue (stream entry id) to APNs accepting the notification.")
     }
@@ -107,29 +117,36 @@ public final class WorkerMetrics {
                                name: "herald_end_to_end_latency_seconds", labels: outcome)
         lastCounters = counters
 
-        let pool = worker.pool
-        add("herald_apns_responses_total", [("app", app), ("status", "200"), ("reason", "")], pool.acceptedResponses - lastAccepted)
-        lastAccepted = pool.acceptedResponses
+        for (laneIndex, lane) in worker.lanes.enumerated() {
+            publishPool(lane, last: &lastPools[laneIndex])
+        }
+
+        tick += 1
+        if samplesQueue && tick % 5 == 1 { sampleQueue() }
+    }
+
+    private func publishPool(_ lane: AppLane, last: inout PoolReading) {
+        let pool = lane.pool
+        let app = lane.name
+        add("herald_apns_responses_total", [("app", app), ("status", "200"), ("reason", "")], pool.acceptedResponses - last.accepted)
+        last.accepted = pool.acceptedResponses
         for (key, count) in pool.otherResponses {
             let parts = key.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: false)
             let status = String(parts[0])
             let reason = parts.count > 1 ? String(parts[1]) : ""
-            add("herald_apns_responses_total", [("app", app), ("status", status), ("reason", reason)], count - (lastResponses[key] ?? 0))
+            add("herald_apns_responses_total", [("app", app), ("status", status), ("reason", reason)], count - (last.responses[key] ?? 0))
         }
-        lastResponses = pool.otherResponses
-        metrics.histograms.add(pool.requestDuration.subtracting(lastDuration), name: "herald_apns_request_duration_seconds", labels: [("app", app)])
-        lastDuration = pool.requestDuration
-
-        let events = (pool.connectionsOpened, pool.connectionFailures, pool.goAwaysReceived, pool.connectionResets, pool.pingTimeouts)
-        add("herald_connection_events_total", [("app", app), ("event", "opened")], events.0 - lastEvents.opened)
-        add("herald_connection_events_total", [("app", app), ("event", "failed")], events.1 - lastEvents.failed)
-        add("herald_connection_events_total", [("app", app), ("event", "goaway")], events.2 - lastEvents.goaway)
-        add("herald_connection_events_total", [("app", app), ("event", "reset")], events.3 - lastEvents.reset)
-        add("herald_connection_events_total", [("app", app), ("event", "ping_timeout")], events.4 - lastEvents.ping)
-        lastEvents = events
+        last.responses = pool.otherResponses
+        metrics.histograms.add(pool.requestDuration.subtracting(last.duration), name: "herald_apns_request_duration_seconds", labels: [("app", app)])
+        last.duration = pool.requestDuration
+        let events = [pool.connectionsOpened, pool.connectionFailures, pool.goAwaysReceived, pool.connectionResets, pool.pingTimeouts]
+        for (index, name) in ["opened", "failed", "goaway", "reset", "ping_timeout"].enumerated() {
+            add("herald_connection_events_total", [("app", app), ("event", name)], events[index] - last.events[index])
+        }
+        last.events = events
         let mints = pool.tokens?.mintCount ?? 0
-        add("herald_jwt_mints_total", [("app", app)], mints - lastMints)
-        lastMints = mints
+        add("herald_jwt_mints_total", [("app", app)], mints - last.mints)
+        last.mints = mints
 
         var ready = 0, connecting = 0, goingAway = 0
         for connection in pool.connections {
@@ -150,19 +167,18 @@ public final class WorkerMetrics {
         if pool.lastAcceptedAt > 0 {
             gauge("herald_last_success_timestamp_seconds", appLabel).record(Double(pool.lastAcceptedAt) / 1000)
         }
+    }
 
-        tick += 1
-        if samplesQueue && tick % 5 == 1 {
-            worker.sampleQueue { [weak self] sample in
-                guard let self, let sample else { return }
-                let q = [("queue", self.queue)]
-                self.gauge("herald_queue_depth", q).record(sample.depth)
-                self.gauge("herald_queue_pending", q).record(sample.pending)
-                self.gauge("herald_consumer_lag", q).record(sample.lag)
-                self.gauge("herald_retry_set_size", q).record(sample.retrySetSize)
-                self.gauge("herald_dead_letter_stream_length", q).record(sample.deadLetters)
-                self.gauge("herald_feedback_stream_length", q).record(sample.feedback)
-            }
+    private func sampleQueue() {
+        worker.sampleQueue { [weak self] sample in
+            guard let self, let sample else { return }
+            let q = [("queue", self.queue)]
+            self.gauge("herald_queue_depth", q).record(sample.depth)
+            self.gauge("herald_queue_pending", q).record(sample.pending)
+            self.gauge("herald_consumer_lag", q).record(sample.lag)
+            self.gauge("herald_retry_set_size", q).record(sample.retrySetSize)
+            self.gauge("herald_dead_letter_stream_length", q).record(sample.deadLetters)
+            self.gauge("herald_feedback_stream_length", q).record(sample.feedback)
         }
     }
 }
