@@ -9,3 +9,4 @@
 #include <openssl/bn.h>
 #include <openssl/rand.h>
 #include <openssl/bio.h>
+#include <openssl/pkcs12.h>

@@ -39,6 +39,9 @@ public struct MockAPNsConfiguration: Sendable {
     public var jwtKeyPEM: String? = nil
     public var teamID: String? = nil
     public var keyID: String? = nil
+    /// Clients presenting a certificate that verifies against this file (PEM) are authenticated
+    /// without a provider token (APNs' certificate-based authentication).
+    public var clientCAFile: String? = nil
     /// When set, `apns-topic` must be this bundle id plus the push type's suffix.
     public var bundleID: String? = nil
 

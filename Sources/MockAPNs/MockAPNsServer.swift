@@ -90,7 +90,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         if let out = configuration.certificateOut, out != certificateFile {
             try writeTextFile(out, certificatePEM)
         }
-        let context = try TLSContext(serverCertificateFile: certificateFile, keyFile: keyFile)
+        let context = try TLSContext(serverCertificateFile: certificateFile, keyFile: keyFile, clientCAFile: configuration.clientCAFile)
         tlsContext = context
         listener = try HTTP2Listener(loop: loop, host: configuration.host, port: configuration.port) { [weak self] fd in
             self?.accept(fd)
@@ -157,7 +157,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
             connection.abort()
             return
         }
-        let answer = evaluate(request, state: state)
+        let answer = evaluate(request, state: state, certificateAuthenticated: connection.peerCertificateVerified)
         if answer.status == 200, !state.streamsRaised {
             state.streamsRaised = true
             connection.setMaxConcurrentStreams(configuration.maxStreams)
@@ -223,7 +223,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     }
 
     /// Applies APNs' request rules in the order APNs reports them, then the injected faults.
-    func evaluate(_ request: HTTP2ServerRequest, state: ConnectionState) -> Answer {
+    func evaluate(_ request: HTTP2ServerRequest, state: ConnectionState, certificateAuthenticated: Bool = false) -> Answer {
         let headerAPNsID = request.header("apns-id")
         let uuid = headerAPNsID.value.flatMap(UUIDKey.init)
         var answer = Answer(status: 200, reason: nil, timestamp: nil, apnsID: headerAPNsID.value ?? generatedID(), uuid: uuid)
@@ -243,24 +243,26 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         }
         if let value = headerAPNsID.value, uuid == nil || !UUIDString.isCanonical(value) { return reject(400, "BadMessageId") }
 
-        // Credentials.
-        guard let authorization = request.header("authorization").value, authorization.hasPrefix("bearer ") else {
-            return reject(403, "MissingProviderToken")
-        }
-        let jwt = String(authorization.dropFirst(7))
+        // Credentials: a verified client certificate, or a provider token (APNs ignores the header with a certificate).
         let now = configuration.time.nowMilliseconds()
-        let parsed: ParsedProviderToken
-        switch verify(jwt) {
-        case .success(let token): parsed = token
-        case .failure: return reject(403, "InvalidProviderToken")
-        }
-        if now / 1000 - parsed.iat > 3600 { return reject(403, "ExpiredProviderToken") }
-        if state.token != jwt {
-            if state.token != nil, now - state.tokenFirstUsedAt < 20 * 60_000 {
-                return reject(429, "TooManyProviderTokenUpdates")
+        if !certificateAuthenticated {
+            guard let authorization = request.header("authorization").value, authorization.hasPrefix("bearer ") else {
+                return reject(403, "MissingProviderToken")
             }
-            state.token = jwt
-            state.tokenFirstUsedAt = now
+            let jwt = String(authorization.dropFirst(7))
+            let parsed: ParsedProviderToken
+            switch verify(jwt) {
+            case .success(let token): parsed = token
+            case .failure: return reject(403, "InvalidProviderToken")
+            }
+            if now / 1000 - parsed.iat > 3600 { return reject(403, "ExpiredProviderToken") }
+            if state.token != jwt {
+                if state.token != nil, now - state.tokenFirstUsedAt < 20 * 60_000 {
+                    return reject(429, "TooManyProviderTokenUpdates")
+                }
+                state.token = jwt
+                state.tokenFirstUsedAt = now
+            }
         }
 
         // Headers and payload, through Herald's own rules.

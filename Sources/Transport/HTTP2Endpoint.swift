@@ -85,6 +85,9 @@ public class HTTP2Endpoint: IOHandler, TickObserver {
         }
     }
 
+    /// True when the peer presented a verified certificate during the handshake.
+    public private(set) var peerCertificateVerified = false
+
     /// Called once TLS is up: the subclass creates its nghttp2 session and queues its preface.
     func tlsEstablished() throws(ConnectionError) {}
     /// Called after a batch of input went through nghttp2 (and after every flush of output).
@@ -147,6 +150,7 @@ public class HTTP2Endpoint: IOHandler, TickObserver {
             case .done:
                 handshaking = false
                 loop.setInterest(fd, .read)
+                peerCertificateVerified = tls.peerCertificateVerified
                 try tlsEstablished()
                 flush()
                 // Bytes may already be decrypted and waiting (the server's SETTINGS).

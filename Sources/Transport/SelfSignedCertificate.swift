@@ -40,7 +40,7 @@ public enum SelfSignedCertificateError: Error, CustomStringConvertible, Sendable
 /// serves so that a client can trust it with `--ca-file <certificate>`.
 ///
 /// The certificate is its own trust anchor: basicConstraints `CA:TRUE`, keyUsage
-/// `digitalSignature, keyCertSign`, extendedKeyUsage `serverAuth`, the given names in subjectAltName,
+/// `digitalSignature, keyCertSign`, extendedKeyUsage `serverAuth, clientAuth` (so tests can use one as a client certificate), the given names in subjectAltName,
 /// a random 128-bit serial, signed with ECDSA SHA-256.
 public struct SelfSignedCertificate: Sendable {
     public let certificatePEM: String
@@ -138,7 +138,7 @@ public struct SelfSignedCertificate: Sendable {
         let extensions: [(Int32, String)] = [
             (NID_basic_constraints, "critical,CA:TRUE"),
             (NID_key_usage, "critical,digitalSignature,keyCertSign"),
-            (NID_ext_key_usage, "serverAuth"),
+            (NID_ext_key_usage, "serverAuth,clientAuth"),
             (NID_subject_key_identifier, "hash"),
             (NID_subject_alt_name, subjectAltNames),
         ]

@@ -30,6 +30,14 @@ public enum TLSError: Error, CustomStringConvertible, Sendable {
     }
 }
 
+/// A client certificate for APNs' certificate-based authentication.
+public enum ClientCertificate: Sendable, Equatable {
+    /// PEM certificate (chain) and PEM private key files.
+    case pem(certificateFile: String, keyFile: String)
+    /// A PKCS#12 (`.p12`) file and its password.
+    case pkcs12(file: String, password: String)
+}
+
 /// An OpenSSL `SSL_CTX`: the trust store and settings shared by every connection of one side.
 ///
 /// Client contexts verify the peer against the system CA bundle (plus `caFile` when given) and
@@ -41,8 +49,9 @@ public final class TLSContext: @unchecked Sendable {
 
     private static let h2Protocols: [UInt8] = [2, 0x68, 0x32]  // "\x02h2"
 
-    /// A client context: TLS 1.2+, peer verification against the system store and `caFile`.
-    public init(clientTrusting caFile: String? = nil) throws(TLSError) {
+    /// A client context: TLS 1.2+, peer verification against the system store and `caFile`,
+    /// presenting `certificate` when APNs authenticates the app by certificate.
+    public init(clientTrusting caFile: String? = nil, certificate: ClientCertificate? = nil) throws(TLSError) {
         OpenSSLError.clearQueue()
         guard let ctx = SSL_CTX_new(TLS_client_method()) else {
             throw .configuration(OpenSSLError(operation: "creating the TLS client context"))
@@ -64,10 +73,63 @@ public final class TLSContext: @unchecked Sendable {
         if protocols.withUnsafeBufferPointer({ SSL_CTX_set_alpn_protos(ctx, $0.baseAddress, UInt32($0.count)) }) != 0 {
             throw .configuration(OpenSSLError(operation: "setting ALPN h2"))
         }
+        switch certificate {
+        case .none:
+            break
+        case .pem(let certificateFile, let keyFile):
+            if SSL_CTX_use_certificate_chain_file(ctx, certificateFile) != 1 {
+                throw .configuration(OpenSSLError(operation: "loading the client certificate \(certificateFile)"))
+            }
+            if SSL_CTX_use_PrivateKey_file(ctx, keyFile, SSL_FILETYPE_PEM) != 1 {
+                throw .configuration(OpenSSLError(operation: "loading the client certificate's key \(keyFile)"))
+            }
+            if SSL_CTX_check_private_key(ctx) != 1 {
+                throw .configuration(OpenSSLError(operation: "matching the client certificate \(certificateFile) with its key"))
+            }
+        case .pkcs12(let file, let password):
+            try TLSContext.usePKCS12(ctx, file: file, password: password)
+        }
     }
 
-    /// A server context presenting the PEM certificate (chain) and key in the given files.
-    public init(serverCertificateFile certificateFile: String, keyFile: String) throws(TLSError) {
+    private static func usePKCS12(_ ctx: OpaquePointer, file: String, password: String) throws(TLSError) {
+        guard let bio = BIO_new_file(file, "rb") else {
+            throw .configuration(OpenSSLError(operation: "opening the PKCS#12 file \(file)"))
+        }
+        defer { BIO_free(bio) }
+        guard let p12 = d2i_PKCS12_bio(bio, nil) else {
+            throw .configuration(OpenSSLError(operation: "reading the PKCS#12 file \(file)"))
+        }
+        defer { PKCS12_free(p12) }
+        var key: OpaquePointer? = nil
+        var certificate: OpaquePointer? = nil
+        var chain: OpaquePointer? = nil
+        if PKCS12_parse(p12, password, &key, &certificate, &chain) != 1 {
+            throw .configuration(OpenSSLError(operation: "opening the PKCS#12 file \(file) (wrong password?)"))
+        }
+        defer {
+            EVP_PKEY_free(key)
+            X509_free(certificate)
+            if let chain { OPENSSL_sk_pop_free(chain, { X509_free(OpaquePointer($0)) }) }
+        }
+        guard let certificate, let key else {
+            throw .configuration(OpenSSLError(operation: "the PKCS#12 file \(file) holds no certificate and key", entries: []))
+        }
+        if SSL_CTX_use_certificate(ctx, certificate) != 1 || SSL_CTX_use_PrivateKey(ctx, key) != 1 {
+            throw .configuration(OpenSSLError(operation: "using the certificate and key of \(file)"))
+        }
+        if let chain {
+            for index in 0..<OPENSSL_sk_num(chain) {
+                // add0 takes ownership of the extra reference up_ref gives it.
+                let extra = OpaquePointer(OPENSSL_sk_value(chain, index))
+                X509_up_ref(extra)
+                if SSL_CTX_ctrl(ctx, SSL_CTRL_EXTRA_CHAIN_CERT, 0, UnsafeMutableRawPointer(extra)) != 1 { X509_free(extra) }
+            }
+        }
+    }
+
+    /// A server context presenting the PEM certificate (chain) and key in the given files; with
+    /// `clientCAFile`, clients may present a certificate, verified against that file.
+    public init(serverCertificateFile certificateFile: String, keyFile: String, clientCAFile: String? = nil) throws(TLSError) {
         OpenSSLError.clearQueue()
         guard let ctx = SSL_CTX_new(TLS_server_method()) else {
             throw .configuration(OpenSSLError(operation: "creating the TLS server context"))
@@ -84,6 +146,14 @@ public final class TLSContext: @unchecked Sendable {
         }
         if SSL_CTX_check_private_key(ctx) != 1 {
             throw .configuration(OpenSSLError(operation: "matching the certificate \(certificateFile) with its key"))
+        }
+        if let clientCAFile {
+            if SSL_CTX_load_verify_locations(ctx, clientCAFile, nil) != 1 {
+                throw .configuration(OpenSSLError(operation: "loading the client CA file \(clientCAFile)"))
+            }
+            SSL_CTX_set_client_CA_list(ctx, SSL_load_client_CA_file(clientCAFile))
+            // Ask for a certificate but let token-authenticated clients in without one.
+            SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nil)
         }
         SSL_CTX_set_alpn_select_cb(ctx, { _, out, outlen, input, inlen, _ in
             // Select "h2" from the client's list, or refuse ALPN (the client then fails clearly).

@@ -117,6 +117,13 @@ final class TLSStream {
         }
     }
 
+    /// True when the peer presented a certificate that verified (the emulator's certificate auth).
+    var peerCertificateVerified: Bool {
+        guard let certificate = SSL_get1_peer_certificate(ssl) else { return false }
+        X509_free(certificate)
+        return SSL_get_verify_result(ssl) == X509_V_OK
+    }
+
     /// Bytes OpenSSL already decrypted and holds for the next `read`.
     var pendingBytes: Int { Int(SSL_pending(ssl)) }
 

@@ -13,6 +13,8 @@ public struct PoolConfiguration: Sendable {
     public var maxStreams: Int
     /// An extra trust anchor (`--ca-file`), e.g. the emulator's certificate. Verification is always on.
     public var caFile: String?
+    /// The app's certificate, for certificate-based authentication (then no provider tokens).
+    public var clientCertificate: ClientCertificate?
     /// How often token bindings and liveness are re-checked.
     public var maintenanceIntervalMilliseconds: Int64 = 1_000
     /// Immediate resends on another connection after 500/503/resets before the caller decides.
@@ -96,7 +98,7 @@ public final class ConnectionPool: APNsConnectionDelegate {
         self.tokens = tokens
         self.logger = logger
         self.logger[metadataKey: "apns"] = "\(configuration.host):\(configuration.port)"
-        tlsContext = try TLSContext(clientTrusting: configuration.caFile)
+        tlsContext = try TLSContext(clientTrusting: configuration.caFile, certificate: configuration.clientCertificate)
         members = Array(repeating: Member(), count: max(1, configuration.connections))
     }
 

@@ -24,6 +24,7 @@ struct MockAPNsCommand: ParsableCommand {
     @Option(name: .customLong("write-key"), help: "Generate a new .p8 key, write it here, and verify tokens against it (for local trials).") var writeKey: String?
     @Option(name: .customLong("team-id"), help: "Team id tokens must carry (with --jwt-key).") var teamID: String?
     @Option(name: .customLong("key-id"), help: "Key id tokens must carry (with --jwt-key).") var keyID: String?
+    @Option(name: .customLong("client-ca"), help: "Accept clients whose certificate verifies against this PEM file without a provider token (certificate auth).") var clientCA: String?
     @Option(name: .customLong("bundle-id"), help: "When set, apns-topic must be this bundle id plus the push type's suffix.") var bundleID: String?
     @Option(name: .customLong("max-streams"), help: "Concurrent streams allowed after the first valid request.") var maxStreams: UInt32 = 1000
     @Option(name: .customLong("latency-ms"), help: "Delay before every answer, in milliseconds.") var latencyMilliseconds: Int64 = 0
@@ -45,6 +46,7 @@ struct MockAPNsCommand: ParsableCommand {
         configuration.keyFile = key
         configuration.certificateOut = certOut
         configuration.bundleID = bundleID
+        configuration.clientCAFile = clientCA
         configuration.maxStreams = maxStreams
         configuration.latencyMilliseconds = latencyMilliseconds
         configuration.injectedErrors = try errors.map {

@@ -37,20 +37,29 @@ struct APNsTargetOptions: ParsableArguments {
     @Option(name: .customLong("max-streams"), help: "Herald's cap on concurrent streams per connection (env HERALD_MAX_STREAMS).")
     var maxStreams: Int?
 
-    func poolConfiguration() throws -> PoolConfiguration {
-        let environmentName = environment?.rawValue ?? Herald.environmentValue("ENVIRONMENT") ?? "production"
+    /// Flags, then HERALD_* variables, then the config file's app (`file`), then defaults.
+    func poolConfiguration(file: ConfigFile.App? = nil) throws -> PoolConfiguration {
+        try APNsTargetOptions.poolConfiguration(
+            environment: environment?.rawValue ?? environmentValue("ENVIRONMENT") ?? file?.environment,
+            host: apnsHost ?? environmentValue("APNS_HOST") ?? file?.apnsHost,
+            port: try apnsPort ?? intEnvironment("APNS_PORT") ?? file?.apnsPort,
+            caFile: caFile ?? environmentValue("CA_FILE") ?? file?.caFile,
+            connections: try connections ?? intEnvironment("CONNECTIONS") ?? file?.connections,
+            maxStreams: try maxStreams ?? intEnvironment("MAX_STREAMS") ?? file?.maxStreams)
+    }
+
+    static func poolConfiguration(environment: String?, host: String?, port: Int?, caFile: String?,
+                                  connections: Int?, maxStreams: Int?) throws -> PoolConfiguration {
+        let environmentName = environment ?? "production"
         guard let apnsEnvironment = APNsEnvironment(rawValue: environmentName) else {
-            throw ValidationError("HERALD_ENVIRONMENT must be production or sandbox, not \(environmentName)")
+            throw ValidationError("the APNs environment must be production or sandbox, not \(environmentName)")
         }
-        let host = apnsHost ?? environmentValue("APNS_HOST")
-            ?? (apnsEnvironment == .production ? PoolConfiguration.productionHost : PoolConfiguration.sandboxHost)
-        let port = try apnsPort ?? intEnvironment("APNS_PORT") ?? 443
-        let connections = try connections ?? intEnvironment("CONNECTIONS") ?? 4
-        let maxStreams = try maxStreams ?? intEnvironment("MAX_STREAMS") ?? 1000
-        guard (1...64).contains(connections) else { throw ValidationError("--connections must be 1 to 64") }
-        guard (1...10_000).contains(maxStreams) else { throw ValidationError("--max-streams must be 1 to 10000") }
-        return PoolConfiguration(host: host, port: port, connections: connections, maxStreams: maxStreams,
-                                 caFile: caFile ?? environmentValue("CA_FILE"))
+        let host = host ?? (apnsEnvironment == .production ? PoolConfiguration.productionHost : PoolConfiguration.sandboxHost)
+        let connections = connections ?? 4
+        let maxStreams = maxStreams ?? 1000
+        guard (1...64).contains(connections) else { throw ValidationError("connections must be 1 to 64, not \(connections)") }
+        guard (1...10_000).contains(maxStreams) else { throw ValidationError("max streams must be 1 to 10000, not \(maxStreams)") }
+        return PoolConfiguration(host: host, port: port ?? 443, connections: connections, maxStreams: maxStreams, caFile: caFile)
     }
 }
 
@@ -73,27 +82,36 @@ struct CredentialsOptions: ParsableArguments {
         try resolved().tokenSource(time: time, logger: logger)
     }
 
-    /// The credentials with environment fallbacks applied, checked for presence.
-    func resolved() throws -> ResolvedCredentials {
-        let team = teamID ?? environmentValue("TEAM_ID")
-        let key = keyID ?? environmentValue("KEY_ID")
-        let file = keyFile ?? environmentValue("KEY_FILE")
+    /// True when a flag or HERALD_* variable names any token credential.
+    var anyGiven: Bool {
+        teamID != nil || keyID != nil || keyFile != nil
+            || environmentValue("TEAM_ID") != nil || environmentValue("KEY_ID") != nil || environmentValue("KEY_FILE") != nil
+    }
+
+    /// The credentials with environment and config-file fallbacks applied, checked for presence.
+    func resolved(file app: ConfigFile.App? = nil, appName: String = "default") throws -> ResolvedCredentials {
+        let team = teamID ?? environmentValue("TEAM_ID") ?? app?.teamID
+        let key = keyID ?? environmentValue("KEY_ID") ?? app?.keyID
+        let file = keyFile ?? environmentValue("KEY_FILE") ?? app?.keyFile
         var missing: [String] = []
         if team == nil { missing.append("--team-id (HERALD_TEAM_ID)") }
         if key == nil { missing.append("--key-id (HERALD_KEY_ID)") }
         if file == nil { missing.append("--key-file (HERALD_KEY_FILE)") }
         guard let team, let key, let file else {
             throw ValidationError("""
-                no APNs credentials: missing \(missing.joined(separator: ", ")).
+                no APNs credentials for app "\(appName)": missing \(missing.joined(separator: ", ")) \
+                (or, in a --config file, team_id/key_id/key_file or certificate_file/private_key_file or pkcs12_file).
                 To try Herald locally without Apple credentials, run `make demo`, or start the emulator \
                 with `herald mock-apns --cert-out /tmp/mock.pem --write-key /tmp/mock.p8` and point Herald at it \
                 with --apns-host 127.0.0.1 --apns-port <port> --ca-file /tmp/mock.pem --key-file /tmp/mock.p8 \
                 --team-id TEAM000001 --key-id KEY0000001.
                 """)
         }
+        checkSecretFilePermissions(file, warn: printWarning)
         let privateKey = try ES256PrivateKey(pemFile: file)
         let signer = try ProviderTokenSigner(teamID: team, keyID: key, key: privateKey)
-        let minutes = try tokenRefreshMinutes ?? intEnvironment("TOKEN_REFRESH_MINUTES") ?? ProviderTokenSource.defaultRefreshMinutes
+        let minutes = try tokenRefreshMinutes ?? intEnvironment("TOKEN_REFRESH_MINUTES") ?? app?.tokenRefreshMinutes
+            ?? ProviderTokenSource.defaultRefreshMinutes
         return ResolvedCredentials(signer: signer, refreshMinutes: minutes)
     }
 }
@@ -144,4 +162,10 @@ func makeLogger(label: String, level: String?, format: String? = nil) throws -> 
 /// A device token shortened for logs and output: the first 8 hex digits.
 func redacted(_ token: String) -> String {
     token.count <= 8 ? token : String(token.prefix(8)) + "…"
+}
+
+/// A warning on standard error, before logging is set up (one write, never a secret).
+func printWarning(_ message: String) {
+    let bytes = Array("warning: \(message)\n".utf8)
+    _ = bytes.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
 }

@@ -26,6 +26,8 @@ struct WorkerCommand: ParsableCommand {
 
     @Option(name: .customLong("bundle-id"), help: "The app's bundle id: jobs without a topic use it plus the push type's suffix (env HERALD_BUNDLE_ID).")
     var bundleID: String?
+    @Option(help: "A YAML or JSON config file (env HERALD_CONFIG): settings and several apps. Flags, then HERALD_* variables, then the file.")
+    var config: String?
     @Option(help: "Entries per XREADGROUP at most (env HERALD_BATCH; default 512).") var batch: Int?
     @Option(name: .customLong("claim-idle"), help: "Seconds before another worker's idle entries are taken over (env HERALD_CLAIM_IDLE; default 60).") var claimIdle: Int?
     @Option(name: .customLong("max-attempts"), help: "Attempts per notification before it is dead-lettered (env HERALD_MAX_ATTEMPTS; default 8).") var maxAttempts: Int?
@@ -39,25 +41,26 @@ struct WorkerCommand: ParsableCommand {
     @Flag(name: .customLong("no-metrics"), help: "Do not serve /metrics, /healthz, /readyz.") var noMetrics = false
 
     func run() throws {
-        let logger = try makeLogger(label: "herald.worker", level: logLevel, format: logFormat)
-        let endpoint = try queueOptions.endpoint()
-        let keys = queueOptions.keys()
-        let poolConfiguration = try target.poolConfiguration()
-        let threadCount = try threads ?? intEnvironment("THREADS") ?? 1
+        let file = try (config ?? environmentValue("CONFIG")).map(ConfigFile.load)
+        let logger = try makeLogger(label: "herald.worker", level: logLevel ?? environmentValue("LOG_LEVEL") ?? file?.logLevel,
+                                    format: logFormat ?? environmentValue("LOG_FORMAT") ?? file?.logFormat)
+        var queueSettings = queueOptions
+        if queueSettings.redis == nil && environmentValue("REDIS") == nil { queueSettings.redis = file?.redis }
+        if queueSettings.queue == nil && environmentValue("QUEUE") == nil { queueSettings.queue = file?.queue }
+        let endpoint = try queueSettings.endpoint()
+        let keys = queueSettings.keys()
+        let apps = try resolveApps(file: file)
+        let threadCount = try threads ?? intEnvironment("THREADS") ?? file?.threads ?? 1
         guard (1...64).contains(threadCount) else { throw ValidationError("--threads must be 1 to 64") }
         var base = WorkerConfiguration(consumer: "")
         base.keys = keys
-        base.defaults = JobDefaults(bundleID: bundleID ?? environmentValue("BUNDLE_ID"))
-        base.batch = try batch ?? intEnvironment("BATCH") ?? base.batch
-        base.claimIdleMilliseconds = Int64(try claimIdle ?? intEnvironment("CLAIM_IDLE") ?? 60) * 1000
-        base.maxAttempts = try maxAttempts ?? intEnvironment("MAX_ATTEMPTS") ?? base.maxAttempts
-        base.maxDeliveries = try maxDeliveries ?? intEnvironment("MAX_DELIVERIES") ?? base.maxDeliveries
-        base.drainTimeoutMilliseconds = Int64(try drainTimeout ?? intEnvironment("DRAIN_TIMEOUT") ?? 30) * 1000
+        base.batch = try batch ?? intEnvironment("BATCH") ?? file?.batch ?? base.batch
+        base.claimIdleMilliseconds = Int64(try claimIdle ?? intEnvironment("CLAIM_IDLE") ?? file?.claimIdle ?? 60) * 1000
+        base.maxAttempts = try maxAttempts ?? intEnvironment("MAX_ATTEMPTS") ?? file?.maxAttempts ?? base.maxAttempts
+        base.maxDeliveries = try maxDeliveries ?? intEnvironment("MAX_DELIVERIES") ?? file?.maxDeliveries ?? base.maxDeliveries
+        base.drainTimeoutMilliseconds = Int64(try drainTimeout ?? intEnvironment("DRAIN_TIMEOUT") ?? file?.drainTimeout ?? 30) * 1000
         guard base.batch >= 1 else { throw ValidationError("--batch must be at least 1") }
         guard base.maxAttempts >= 1 else { throw ValidationError("--max-attempts must be at least 1") }
-        // Refuse to start without credentials, and say how to try Herald locally instead.
-        let resolvedCredentials = try credentials.resolved()
-        _ = try resolvedCredentials.tokenSource(time: .system, logger: logger)
 
         let main = try EventLoop()
         var stopping = false
@@ -77,12 +80,12 @@ struct WorkerCommand: ParsableCommand {
         metrics.gauge("herald_build_info", [("version", HeraldVersion.string), ("swift_version", HeraldVersion.swift)]).record(1)
         var metricsServer: MetricsHTTPServer? = nil
         if !noMetrics {
-            let port = try metricsPort ?? intEnvironment("METRICS_PORT") ?? 9464
+            let port = try metricsPort ?? intEnvironment("METRICS_PORT") ?? file?.metricsPort ?? 9464
             let server = MetricsHTTPServer(loop: main) { path in
                 serveOperations(path: path, metrics: metrics, health: health)
             }
             do {
-                try server.start(host: metricsHost ?? environmentValue("METRICS_HOST") ?? "0.0.0.0", port: port)
+                try server.start(host: metricsHost ?? environmentValue("METRICS_HOST") ?? file?.metricsHost ?? "0.0.0.0", port: port)
             } catch {
                 throw ValidationError("cannot serve metrics on port \(port): \(error) (use --metrics-port or --no-metrics)")
             }
@@ -105,13 +108,18 @@ struct WorkerCommand: ParsableCommand {
                     if running.value == 0 { main.stop() }
                 }
             }
-            let poolConfig = poolConfiguration
             let consumerConfig = configuration
             try thread.submitAndWait { () -> Result<Void, any Error> in
                 do {
-                    let tokens = try resolvedCredentials.tokenSource(time: .system, logger: threadLogger)
-                    let pool = try ConnectionPool(loop: thread.loop, configuration: poolConfig, tokens: tokens, logger: threadLogger)
-                    let worker = QueueWorker(loop: thread.loop, configuration: consumerConfig, pool: pool, redis: endpoint, logger: threadLogger)
+                    var workerApps: [WorkerApp] = []
+                    for app in apps {
+                        var appLogger = threadLogger
+                        appLogger[metadataKey: "app"] = "\(app.name)"
+                        let tokens = try app.credentials?.tokenSource(time: .system, logger: appLogger)
+                        let pool = try ConnectionPool(loop: thread.loop, configuration: app.pool, tokens: tokens, logger: appLogger)
+                        workerApps.append(WorkerApp(name: app.name, pool: pool, defaults: app.defaults))
+                    }
+                    let worker = QueueWorker(loop: thread.loop, configuration: consumerConfig, apps: workerApps, redis: endpoint, logger: threadLogger)
                     let publisher = WorkerMetrics(metrics: metrics, health: health, loopIndex: index, worker: worker)
                     worker.onStopped = {
                         publisher.stop()
@@ -127,10 +135,13 @@ struct WorkerCommand: ParsableCommand {
                 }
             }.get()
         }
-        logger.info("worker started", metadata: [
-            "queue": "\(keys.queue)", "redis": "\(endpoint)", "apns": "\(poolConfiguration.host):\(poolConfiguration.port)",
-            "threads": "\(threadCount)", "connections": "\(poolConfiguration.connections)", "max_streams": "\(poolConfiguration.maxStreams)",
-        ])
+        for app in apps {
+            logger.info("worker started", metadata: [
+                "queue": "\(keys.queue)", "redis": "\(endpoint)", "app": "\(app.name)", "apns": "\(app.pool.host):\(app.pool.port)",
+                "auth": "\(app.credentials == nil ? "certificate" : "token")", "threads": "\(threadCount)",
+                "connections": "\(app.pool.connections)", "max_streams": "\(app.pool.maxStreams)",
+            ])
+        }
         main.run()
         _ = signals
         metricsServer?.stop()
@@ -143,6 +154,58 @@ struct WorkerCommand: ParsableCommand {
             "accepted": "\(total.accepted)", "dead_lettered": "\(total.deadLettered)", "dead_tokens": "\(total.deadTokens)",
             "superseded": "\(total.superseded)", "retried": "\(total.retried)", "handed_back": "\(total.handedBack)",
         ])
+    }
+}
+
+/// One app as configured: where it sends, how it authenticates (token credentials, or none when
+/// the pool presents a certificate), and its job defaults.
+struct ResolvedApp: Sendable {
+    let name: String
+    let pool: PoolConfiguration
+    let credentials: ResolvedCredentials?
+    let defaults: JobDefaults
+}
+
+extension WorkerCommand {
+    /// The apps this worker serves: `default` from flags and HERALD_* (over the file's `default`),
+    /// and every other app of the config file.
+    func resolveApps(file: ConfigFile?) throws -> [ResolvedApp] {
+        var result: [ResolvedApp] = []
+        let fileApps = file?.apps ?? [:]
+        let names = Set(fileApps.keys).union(fileApps.isEmpty || credentials.anyGiven ? [WorkerApp.defaultName] : [])
+        for name in names.sorted(by: { ($0 == WorkerApp.defaultName ? "" : $0) < ($1 == WorkerApp.defaultName ? "" : $1) }) {
+            let fileApp = fileApps[name]
+            let isDefault = name == WorkerApp.defaultName
+            var pool = isDefault
+                ? try target.poolConfiguration(file: fileApp)
+                : try APNsTargetOptions.poolConfiguration(
+                    environment: fileApp?.environment, host: fileApp?.apnsHost, port: fileApp?.apnsPort, caFile: fileApp?.caFile,
+                    connections: fileApp?.connections, maxStreams: fileApp?.maxStreams)
+            var tokenCredentials: ResolvedCredentials? = nil
+            if let fileApp, fileApp.certificateFile != nil || fileApp.pkcs12File != nil, !(isDefault && credentials.anyGiven) {
+                pool.clientCertificate = try clientCertificate(for: fileApp, name: name)
+            } else {
+                tokenCredentials = isDefault
+                    ? try credentials.resolved(file: fileApp, appName: name)
+                    : try CredentialsOptions().resolved(file: fileApp, appName: name)
+            }
+            let bundle = isDefault ? (bundleID ?? environmentValue("BUNDLE_ID") ?? fileApp?.bundleID) : fileApp?.bundleID
+            result.append(ResolvedApp(name: name, pool: pool, credentials: tokenCredentials, defaults: JobDefaults(bundleID: bundle)))
+        }
+        return result
+    }
+
+    private func clientCertificate(for app: ConfigFile.App, name: String) throws -> ClientCertificate {
+        if let p12 = app.pkcs12File {
+            checkSecretFilePermissions(p12, warn: printWarning)
+            let password = try app.pkcs12PasswordFile.map { try readSecretFile($0, warn: printWarning) } ?? ""
+            return .pkcs12(file: p12, password: password)
+        }
+        guard let certificate = app.certificateFile, let key = app.privateKeyFile else {
+            throw ValidationError("app \(name): certificate auth needs certificate_file and private_key_file (or pkcs12_file)")
+        }
+        checkSecretFilePermissions(key, warn: printWarning)
+        return .pem(certificateFile: certificate, keyFile: key)
     }
 }
 
