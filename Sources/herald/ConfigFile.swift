@@ -101,9 +101,13 @@ struct ConfigFile: Decodable, Equatable {
 func checkSecretFilePermissions(_ path: String, warn: (String) -> Void) {
     var info = stat()
     guard stat(path, &info) == 0 else { return }
-    if info.st_mode & 0o077 != 0 {
+    // World-readable is always wrong; group-readable only when the group is not Herald's own
+    // (Kubernetes mounts secrets with the pod's fsGroup).
+    let worldReadable = info.st_mode & 0o004 != 0
+    let foreignGroupReadable = info.st_mode & 0o040 != 0 && info.st_gid != getegid()
+    if worldReadable || foreignGroupReadable {
         let mode = String(info.st_mode & 0o777, radix: 8)
-        warn("the secret file \(path) is readable by group or others (mode \(mode)); run: chmod 600 \(path)")
+        warn("the secret file \(path) is readable by \(worldReadable ? "everyone" : "another group") (mode \(mode)); run: chmod 600 \(path)")
     }
 }
 

@@ -34,6 +34,7 @@ struct WorkerCommand: ParsableCommand {
     @Option(name: .customLong("max-deliveries"), help: "Deliveries of one entry to workers before it is dead-lettered (env HERALD_MAX_DELIVERIES; default 10).") var maxDeliveries: Int?
     @Option(name: .customLong("drain-timeout"), help: "Seconds to finish in-flight notifications on SIGTERM (env HERALD_DRAIN_TIMEOUT; default 30).") var drainTimeout: Int?
     @Option(help: "Event loops in this process, each with its own connections (env HERALD_THREADS; default 1).") var threads: Int?
+    @Option(help: "Consumer name prefix in the group, unique per process (env HERALD_CONSUMER; default HOST-PID); the loop index is appended.") var consumer: String?
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error, critical (env HERALD_LOG_LEVEL).") var logLevel: String?
     @Option(name: .customLong("log-format"), help: "text, json or logfmt (env HERALD_LOG_FORMAT; default text).") var logFormat: String?
     @Option(name: .customLong("metrics-port"), help: "Port of /metrics, /healthz and /readyz (env HERALD_METRICS_PORT; default 9464; 0 picks a free port).") var metricsPort: Int?
@@ -73,8 +74,7 @@ struct WorkerCommand: ParsableCommand {
             logger.info("signal \(signal): draining")
             for box in workers { box.drain() }
         }
-        let host = hostName()
-        let pid = getpid()
+        let consumerPrefix = consumer ?? environmentValue("CONSUMER") ?? "\(hostName())-\(getpid())"
         let metrics = HeraldMetrics()
         let health = HealthState(loops: threadCount)
         metrics.gauge("herald_build_info", [("version", HeraldVersion.string), ("swift_version", HeraldVersion.swift)]).record(1)
@@ -96,7 +96,7 @@ struct WorkerCommand: ParsableCommand {
             let thread = try EventLoopThread()
             loops.append(thread)
             var configuration = base
-            configuration.consumer = "\(host)-\(pid)-\(index)"
+            configuration.consumer = "\(consumerPrefix)-\(index)"
             var loggerWithThread = logger
             loggerWithThread[metadataKey: "thread"] = "\(index)"
             let threadLogger = loggerWithThread
