@@ -20,11 +20,14 @@ public enum JobField {
     public static let retryID = "retry_id"
     /// Herald's own: the enqueue time of the original job, ms (end-to-end latency across retries).
     public static let enqueuedAt = "enqueued_at"
+    /// Herald's own: a fan-out job's `id`, carried by its retries so each token keeps the apns-id
+    /// derived from it (a retry holding one token must not send the raw `id`).
+    public static let idBase = "id_base"
 
     static let known: Set<String> = [token, tokens, payload, topic, pushType, priority, expiration, collapseID, id, app,
-                                     attempts, origin, retryID, enqueuedAt]
+                                     attempts, origin, retryID, enqueuedAt, idBase]
     /// Fields Herald writes itself and replaces when it re-queues a job.
-    public static let herald: Set<String> = [attempts, origin, retryID, enqueuedAt]
+    public static let herald: Set<String> = [attempts, origin, retryID, enqueuedAt, idBase]
 }
 
 /// What a worker needs to know to build jobs: defaults for fields a job leaves out.
@@ -44,6 +47,8 @@ public struct Job: Sendable {
     public let fields: [(name: String, value: [UInt8])]
     /// The entry id the job was first enqueued as (itself unless this is a retry).
     public let origin: String
+    /// `origin` parsed (the entry's own id when `origin` is not an entry id): orders collapsible updates.
+    public let originID: StreamEntryID
     /// Enqueue time of the original job, in ms since the epoch.
     public let enqueuedAt: Int64
     /// Valid device tokens to send to.
@@ -52,8 +57,10 @@ public struct Job: Sendable {
     public var invalidTokens: [(token: String, error: NotificationError)]
     /// Everything but the device token and apns-id.
     public var template: Notification
-    /// The job's own `id`, when it gave one.
+    /// The job's own `id`, when it gave one for a single notification: sent as the apns-id.
     public let explicitAPNsID: String?
+    /// What apns-ids are derived from with the token: a fan-out job's `id`, or else `origin`.
+    public let apnsIDBase: String
     /// Attempts already made before this entry (from a retry).
     public let attempts: Int
     /// Fields Herald does not know.
@@ -63,11 +70,7 @@ public struct Job: Sendable {
     public func notification(forToken token: String) -> Notification {
         var notification = template
         notification.deviceToken = token
-        if let explicitAPNsID, tokens.count + invalidTokens.count == 1 {
-            notification.apnsID = explicitAPNsID
-        } else {
-            notification.apnsID = StableID.apnsID(origin: explicitAPNsID ?? origin, token: token)
-        }
+        notification.apnsID = explicitAPNsID ?? StableID.apnsID(origin: apnsIDBase, token: token)
         return notification
     }
 

@@ -16,6 +16,7 @@ public enum JobDecoder {
         var attempts = 0
         var origin: String? = nil
         var enqueuedAt: Int64? = nil
+        var idBase: String? = nil
         var unknown = 0
         for (name, value) in fields {
             switch name {
@@ -31,17 +32,19 @@ public enum JobDecoder {
             case JobField.attempts: attempts = Int(text(value)) ?? 0
             case JobField.origin: origin = text(value)
             case JobField.enqueuedAt: enqueuedAt = Int64(text(value))
+            case JobField.idBase: idBase = text(value)
             case JobField.app, JobField.retryID: break
             default: unknown += 1
             }
         }
         guard let payload, !payload.isEmpty else { return .failure(.missingPayload) }
         var tokenList: [String] = []
-        if let token, !token.isEmpty { tokenList.append(text(token)) }
+        // Tokens are hex; APNs and the feedback stream use lowercase, so fold once here.
+        if let token, !token.isEmpty { tokenList.append(lowercased(token[...])) }
         if let tokens {
             for part in tokens.split(separator: 0x2C, omittingEmptySubsequences: true) {
                 let trimmed = part.drop { $0 == 0x20 }.reversed().drop { $0 == 0x20 }.reversed()
-                if !trimmed.isEmpty { tokenList.append(String(decoding: trimmed, as: UTF8.self)) }
+                if !trimmed.isEmpty { tokenList.append(lowercased(trimmed[...])) }
             }
         }
         if tokenList.isEmpty { return .failure(.missingToken) }
@@ -94,11 +97,14 @@ public enum JobDecoder {
         }
         template.deviceToken = ""
         let originText = origin ?? entryID.description
+        let originID = origin.flatMap { StreamEntryID($0) } ?? entryID
         return .success(Job(
-            entryID: entryID, fields: fields, origin: originText,
-            enqueuedAt: enqueuedAt ?? Int64(StreamEntryID(originText)?.milliseconds ?? entryID.milliseconds),
+            entryID: entryID, fields: fields, origin: originText, originID: originID,
+            enqueuedAt: enqueuedAt ?? Int64(originID.milliseconds),
             tokens: valid, invalidTokens: invalid, template: template,
-            explicitAPNsID: id.flatMap { $0.isEmpty ? nil : $0 }, attempts: attempts, unknownFields: unknown))
+            explicitAPNsID: tokenList.count == 1 && idBase == nil ? id.flatMap { $0.isEmpty ? nil : $0 } : nil,
+            apnsIDBase: idBase ?? id.flatMap { $0.isEmpty ? nil : $0 } ?? originText,
+            attempts: attempts, unknownFields: unknown))
     }
 
     /// The token rule alone (hex, even length), as `Notification.validate()` states it.
@@ -116,4 +122,10 @@ public enum JobDecoder {
 
     @inline(__always)
     static func text(_ bytes: [UInt8]) -> String { String(decoding: bytes, as: UTF8.self) }
+
+    /// The bytes as a String with ASCII A–F folded to lowercase (a copy only when needed).
+    static func lowercased(_ bytes: some Collection<UInt8>) -> String {
+        if !bytes.contains(where: { $0 >= 0x41 && $0 <= 0x5A }) { return String(decoding: bytes, as: UTF8.self) }
+        return String(decoding: bytes.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }, as: UTF8.self)
+    }
 }

@@ -458,7 +458,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         for token in job.invalidTokens {
             record.deadLetters.append((token.token, token.error.code, token.error.description, 0))
         }
-        let origin = StreamEntryID(job.origin) ?? job.entryID
+        let origin = job.originID
         for (tokenIndex, token) in job.tokens.enumerated() {
             let context = UInt64(index) << 16 | UInt64(tokenIndex)
             if let collapseID = job.template.collapseID {
@@ -469,7 +469,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                     continue
                 }
                 if let older = queuedCollapse[key], let olderRecord = jobRecord(for: older) {
-                    let olderOrigin = StreamEntryID(olderRecord.job.origin) ?? olderRecord.job.entryID
+                    let olderOrigin = olderRecord.job.originID
                     if olderOrigin < origin {
                         markSuperseded(olderRecord, Int(older & 0xFFFF))
                     } else {
@@ -561,7 +561,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             counters.endToEndLatency.record(milliseconds: acceptedWallClock() - record.job.enqueuedAt)
             if let collapseID = record.job.template.collapseID {
                 let key = collapseID + "\u{0}" + token.lowercased()
-                let origin = StreamEntryID(record.job.origin) ?? record.job.entryID
+                let origin = record.job.originID
                 if acceptedCollapse.count > 200_000 { acceptedCollapse.removeAll() }
                 if (acceptedCollapse[key] ?? StreamEntryID(milliseconds: 0, sequence: 0)) < origin { acceptedCollapse[key] = origin }
             }
@@ -618,6 +618,11 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         if request.attempts >= configuration.maxAttempts {
             record.deadLetters.append((token, "max_attempts",
                                        "Gave up after \(request.attempts) attempts (--max-attempts \(configuration.maxAttempts)); the last answer was \(status) \(reason).", status))
+            return
+        }
+        if record.job.template.expiration == 0 {
+            record.deadLetters.append((token, "expired",
+                                       "The notification has apns-expiration 0 (deliver now or never) and APNs did not take it; the answer was \(status) \(reason).", status))
             return
         }
         if let expiration = record.job.template.expiration, expiration > 0, expiration * 1000 <= nowMs + delay {
@@ -680,7 +685,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             var command: [RedisArgument] = ["XADD", .text(keys.feedback), "MAXLEN", "~", .integer(Int64(configuration.deadLetterMaxLength)), "*",
                                             "token", .text(entry.token), "topic", .text(job.template.topic), "reason", .text(entry.reason)]
             if let timestamp = entry.timestamp { command += ["timestamp", .integer(timestamp)] }
-            command += ["job", .text(job.entryID.description)]
+            // The entry the backend enqueued (a retried token's entry is one Herald wrote).
+            command += ["job", .text(job.origin)]
             commands.append(command)
         }
         // One dead-letter entry per reason, holding the tokens that got it.
@@ -707,6 +713,11 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             }
             fields.append((JobField.attempts, Array(String(record.attempts).utf8)))
             fields.append((JobField.origin, Array(job.origin.utf8)))
+            if job.explicitAPNsID == nil, job.apnsIDBase != job.origin {
+                // A fan-out job's id: its retries derive the same apns-ids, whatever tokens remain.
+                fields.removeAll { $0.name == JobField.id }
+                fields.append((JobField.idBase, Array(job.apnsIDBase.utf8)))
+            }
             fields.append((JobField.enqueuedAt, Array(String(job.enqueuedAt).utf8)))
             fields.append((JobField.retryID, Array("\(job.entryID)/\(record.attempts)/\(UInt32.random(in: .min ... .max, using: &random))".utf8)))
             commands.append(["ZADD", .text(keys.retry), .integer(nowMs + record.retryDelay), .bytes(RetryEncoding.encode(fields))])
@@ -718,7 +729,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     private func deadLetterCommand(fields: [(name: String, value: [UInt8])], tokens: [String]?, reason: String, message: String,
                                    status: Int, attempts: Int, now: Int64) -> [RedisArgument] {
         var command: [RedisArgument] = ["XADD", .text(configuration.keys.dead), "MAXLEN", "~", .integer(Int64(configuration.deadLetterMaxLength)), "*"]
-        for field in fields where !(tokens != nil && (field.name == JobField.token || field.name == JobField.tokens)) {
+        // The job's own fields, without Herald's bookkeeping (the entry states attempts itself).
+        for field in fields where !(tokens != nil && (field.name == JobField.token || field.name == JobField.tokens))
+            && field.name != JobField.attempts && field.name != JobField.retryID {
             command += [.text(field.name), .bytes(field.value)]
         }
         if let tokens {

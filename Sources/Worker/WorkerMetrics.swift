@@ -110,6 +110,7 @@ public final class WorkerMetrics {
         add("herald_jobs_superseded_total", q, counters.superseded - previous.superseded)
         add("herald_jobs_retried_total", q, counters.retried - previous.retried)
         add("herald_redis_errors_total", q, counters.redisErrors - previous.redisErrors)
+        add("herald_jobs_unknown_fields_total", q, counters.unknownFields - previous.unknownFields)
         for (reason, count) in counters.deadLetteredByReason {
             add("herald_jobs_dead_lettered_total", q + [("reason", reason)], count - (previous.deadLetteredByReason[reason] ?? 0))
         }
