@@ -1,0 +1,55 @@
+# Herald: build, test and benchmark entry points.
+#   make deps        install the Debian packages Herald builds, tests and benchmarks with (idempotent)
+#   make build       debug build
+#   make release     release build (swift build -c release)
+#   make test        deps, then swift test
+#   make bench-send  herald send vs h2load against one emulator (Benchmarks/send-vs-h2load.sh)
+#   make clean       remove .build
+# Variables: SWIFT (default swift), BENCH_ARGS (extra arguments for bench-send).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := build
+
+SWIFT ?= swift
+BENCH_ARGS ?=
+
+# Debian packages: C libraries Herald links (nghttp2, OpenSSL, hiredis), the tools the
+# tests and benchmarks start (redis-server, h2load/nghttp, nghttpd, openssl) and
+# python3-cryptography for Benchmarks/tools/mint-jwt.py.
+DEB_PACKAGES := libnghttp2-dev libssl-dev libhiredis-dev redis-server nghttp2-client \
+	nghttp2-server pkg-config openssl python3-cryptography
+
+# sudo only when not root (CI and the dev machines run as root).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: deps build release test bench-send clean
+
+deps:
+	@missing=""; \
+	for p in $(DEB_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null | grep -q 'install ok installed' \
+			|| missing="$$missing $$p"; \
+	done; \
+	if [ -z "$$missing" ]; then \
+		echo "deps: all Debian packages present"; \
+	else \
+		echo "deps: installing$$missing"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+build: deps
+	$(SWIFT) build
+
+release: deps
+	$(SWIFT) build -c release
+
+test: deps
+	$(SWIFT) test
+
+bench-send: deps
+	bash Benchmarks/send-vs-h2load.sh $(BENCH_ARGS)
+
+clean:
+	rm -rf .build
