@@ -2,7 +2,8 @@
 #   make deps        install the Debian packages Herald builds, tests and benchmarks with (idempotent)
 #   make build       debug build
 #   make release     release build (swift build -c release)
-#   make test        deps, then swift test
+#   make demo        the main job end to end: private redis-server, APNs emulator, 100,000 notifications
+#   make test        deps, build (the tests start the herald binary), then swift test
 #   make bench-send  herald send vs h2load against one emulator (Benchmarks/send-vs-h2load.sh)
 #   make clean       remove .build
 # Variables: SWIFT (default swift), BENCH_ARGS (extra arguments for bench-send).
@@ -23,7 +24,7 @@ DEB_PACKAGES := libnghttp2-dev libssl-dev libhiredis-dev redis-server nghttp2-cl
 # sudo only when not root (CI and the dev machines run as root).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps build release test bench-send clean
+.PHONY: deps build release demo test bench-send clean
 
 deps:
 	@missing=""; \
@@ -45,7 +46,11 @@ build: deps
 release: deps
 	$(SWIFT) build -c release
 
+demo: release
+	.build/release/herald demo
+
 test: deps
+	$(SWIFT) build
 	$(SWIFT) test
 
 bench-send: deps
