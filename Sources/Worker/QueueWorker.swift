@@ -236,8 +236,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         guard let reader, let writer, reader.isReady, writer.isReady else { return }
         if redisFailures > 0 { logger.info("Redis connection restored", metadata: ["redis": "\(endpoint)"]) }
         redisFailures = 0
-        ensureGroup()
-        replayUnconfirmed()
+        ensureGroup(replayingUnconfirmed: true)
     }
 
     public func redisConnectionClosed(_ connection: RedisConnection, error: RedisError) {
@@ -258,7 +257,10 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         reconnectTimer = loop.schedule(afterMilliseconds: delay) { [weak self] in self?.connectRedis() }
     }
 
-    private func ensureGroup() {
+    /// Creates the group if missing; then, after a reconnect, writes again the outcomes Redis never
+    /// confirmed, before the first read (their entries stay held, so re-reading our pending list
+    /// cannot send them again).
+    private func ensureGroup(replayingUnconfirmed: Bool = false) {
         let keys = configuration.keys
         writer?.send(["XGROUP", "CREATE", keys.jobs, keys.group, "0", "MKSTREAM"]) { [weak self] result in
             guard let self else { return }
@@ -272,6 +274,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 break
             }
             self.groupReady = true
+            if replayingUnconfirmed { self.replayUnconfirmed() }
             self.recoveringPending = true
             self.pendingCursor = "0"
             self.maybeRead()
@@ -414,8 +417,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             if heldEntries.contains(entry.id) { continue }
             guard let fields = entry.fields else {
                 // Deleted while pending: nothing to deliver; acknowledge it.
-                finishing.append(Finalization(entryID: entry.id, commands: []))
-                scheduleFinalization()
+                finalize(Finalization(entryID: entry.id, commands: []))
                 continue
             }
             counters.jobsRead += 1
@@ -675,7 +677,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         guard let record = jobs[index] else { return }
         jobs[index] = nil
         freeJobIndices.append(index)
-        heldEntries.remove(record.job.entryID)
+        // The entry stays in `heldEntries` until its acknowledgement is confirmed (see `finalize`).
         counters.jobsFinished += 1
         let job = record.job
         let keys = configuration.keys
@@ -722,8 +724,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             fields.append((JobField.retryID, Array("\(job.entryID)/\(record.attempts)/\(UInt32.random(in: .min ... .max, using: &random))".utf8)))
             commands.append(["ZADD", .text(keys.retry), .integer(nowMs + record.retryDelay), .bytes(RetryEncoding.encode(fields))])
         }
-        finishing.append(Finalization(entryID: job.entryID, commands: commands))
-        scheduleFinalization()
+        finalize(Finalization(entryID: job.entryID, commands: commands))
     }
 
     private func deadLetterCommand(fields: [(name: String, value: [UInt8])], tokens: [String]?, reason: String, message: String,
@@ -749,7 +750,15 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         counters.jobsFinished += 1
         let command = deadLetterCommand(fields: fields, tokens: nil, reason: reason, message: message, status: status,
                                         attempts: attempts, now: time.nowMilliseconds())
-        finishing.append(Finalization(entryID: id, commands: [command]))
+        finalize(Finalization(entryID: id, commands: [command]))
+    }
+
+    /// Queues an entry's outcome writes for this tick's MULTI/EXEC. The entry counts as held until
+    /// EXEC confirms them: re-reading our pending list after a Redis reconnect (or a claim) must
+    /// not take in, and send again, an entry whose outcome is only waiting to be written.
+    private func finalize(_ finalization: Finalization) {
+        heldEntries.insert(finalization.entryID)
+        finishing.append(finalization)
         scheduleFinalization()
     }
 
@@ -792,6 +801,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 if let position = self.unconfirmed.firstIndex(where: { $0.first?.entryID == batch.first?.entryID }) {
                     self.unconfirmed.remove(at: position)
                 }
+                for finalization in batch { self.heldEntries.remove(finalization.entryID) }
                 if self.phase == .draining { self.checkDrained() }
             case .success(.error(let message)):
                 self.handleRedisError(message)
