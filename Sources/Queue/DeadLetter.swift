@@ -1,0 +1,63 @@
+/// One entry of a queue's dead-letter stream, as the worker writes it (`QueueWorker.deadLetterCommand`):
+/// the job's own fields (with `token`/`tokens` narrowed to the tokens that failed), then
+/// `reason`, `message`, `status`, `attempts` and `failed_at`.
+public struct DeadLetter: Sendable {
+    /// The fields Herald appends when it dead-letters a job.
+    public enum Field {
+        public static let reason = "reason"
+        public static let message = "message"
+        public static let status = "status"
+        public static let attempts = "attempts"
+        public static let failedAt = "failed_at"
+        public static let all: Set<String> = [reason, message, status, attempts, failedAt]
+    }
+
+    /// Fields dropped when a dead letter goes back to the jobs stream: the dead-letter fields and
+    /// Herald's retry bookkeeping (`attempts`, `retry_id`). `origin` and `enqueued_at` stay, so
+    /// the requeued job keeps the apns-ids (and latency origin) of the first enqueue.
+    public static let droppedOnRequeue: Set<String> = Field.all.union([JobField.attempts, JobField.retryID])
+
+    public let record: StreamRecord
+
+    public init(_ record: StreamRecord) {
+        self.record = record
+    }
+
+    public var id: StreamEntryID { record.id }
+    public var fields: [(name: String, value: [UInt8])] { record.fields }
+    public var reason: String { record.text(Field.reason) ?? "" }
+    public var message: String { record.text(Field.message) ?? "" }
+    public var status: Int? { record.text(Field.status).flatMap { Int($0) } }
+    /// The dead letter's own attempts (the last `attempts` field; a retried job carries another before it).
+    public var attempts: Int? { record.text(Field.attempts).flatMap { Int($0) } }
+    /// When the worker dead-lettered it, ms since the epoch (the entry id's time when absent).
+    public var failedAt: Int64 { record.text(Field.failedAt).flatMap { Int64($0) } ?? Int64(id.milliseconds) }
+    public var topic: String? { record.text(JobField.topic) }
+    /// The device tokens of the entry (`token`, then each of `tokens`).
+    public var tokens: [String] {
+        var result: [String] = []
+        for field in record.fields {
+            if field.name == JobField.token, !field.value.isEmpty {
+                result.append(String(decoding: field.value, as: UTF8.self))
+            } else if field.name == JobField.tokens {
+                for part in field.value.split(separator: 0x2C) {
+                    let text = DeadLetter.trimmed(String(decoding: part, as: UTF8.self))
+                    if !text.isEmpty { result.append(text) }
+                }
+            }
+        }
+        return result
+    }
+
+    static func trimmed(_ text: String) -> String {
+        var rest = Substring(text)
+        while rest.first == " " { rest = rest.dropFirst() }
+        while rest.last == " " { rest = rest.dropLast() }
+        return String(rest)
+    }
+
+    /// The job as it goes back to the jobs stream: every field in order except `droppedOnRequeue`.
+    public var jobFields: [(name: String, value: [UInt8])] {
+        record.fields.filter { !DeadLetter.droppedOnRequeue.contains($0.name) }
+    }
+}

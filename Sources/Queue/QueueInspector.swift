@@ -1,0 +1,131 @@
+import Transport
+
+/// Reads a queue's numbers for `herald stats`: two round trips per call (Redis' clock, then one
+/// pipeline of XLEN, XINFO GROUPS, XPENDING, XINFO CONSUMERS, ZCARD, ZCOUNT and the side streams).
+/// Read-only: it never creates the group or any key.
+public final class QueueInspector {
+    public let redis: any RedisCommandExecutor
+
+    public init(redis: any RedisCommandExecutor) {
+        self.redis = redis
+    }
+
+    /// Redis' clock, ms since the epoch.
+    public func redisTime() throws -> Int64 {
+        let reply = try redis.run(["TIME"])
+        guard case .array(let parts) = reply, parts.count == 2, let seconds = parts[0].integer, let micros = parts[1].integer else {
+            throw QueueToolError.unexpectedReply(command: "TIME", reply: "\(reply)")
+        }
+        return seconds * 1000 + micros / 1000
+    }
+
+    /// The queues that have a jobs stream under `prefix` (`SCAN MATCH prefix:{*}:jobs TYPE stream`), sorted.
+    public func discoverQueues(prefix: String = QueueKeys.defaultPrefix) throws -> [String] {
+        let head = prefix + ":{"
+        let tail = "}:jobs"
+        var cursor = "0"
+        var names = Set<String>()
+        repeat {
+            let reply = try redis.run(["SCAN", .text(cursor), "MATCH", .text(QueueInspector.globEscaped(prefix) + ":{*}:jobs"),
+                                       "COUNT", "1000", "TYPE", "stream"])
+            guard case .array(let parts) = reply, parts.count == 2, let next = parts[0].string, case .array(let keys) = parts[1] else {
+                throw QueueToolError.unexpectedReply(command: "SCAN", reply: "\(reply)")
+            }
+            cursor = next
+            for key in keys {
+                guard let text = key.string, text.hasPrefix(head), text.hasSuffix(tail), text.count > head.count + tail.count else { continue }
+                names.insert(String(text.dropFirst(head.count).dropLast(tail.count)))
+            }
+        } while cursor != "0"
+        return names.sorted()
+    }
+
+    /// The numbers of one queue.
+    public func stats(keys: QueueKeys) throws -> QueueStats {
+        let now = try redisTime()
+        let commands: [[RedisArgument]] = [
+            ["XLEN", .text(keys.jobs)],
+            ["XINFO", "GROUPS", .text(keys.jobs)],
+            ["XPENDING", .text(keys.jobs), .text(keys.group)],
+            ["XINFO", "CONSUMERS", .text(keys.jobs), .text(keys.group)],
+            ["ZCARD", .text(keys.retry)],
+            ["ZCOUNT", .text(keys.retry), "-inf", .integer(now)],
+            ["ZRANGE", .text(keys.retry), "0", "0", "WITHSCORES"],
+            ["XLEN", .text(keys.dead)],
+            ["XLEN", .text(keys.feedback)],
+        ]
+        let replies = try redis.pipeline(commands)
+        let depth = Int(try RedisReplyReader.integer(replies[0], command: "XLEN \(keys.jobs)"))
+        let retrySize = Int(try RedisReplyReader.integer(replies[4], command: "ZCARD \(keys.retry)"))
+        let retryDue = Int(try RedisReplyReader.integer(replies[5], command: "ZCOUNT \(keys.retry)"))
+        var nextRetryAt: Int64? = nil
+        if case .array(let first) = replies[6], first.count == 2, let score = first[1].string, let value = Double(score) {
+            nextRetryAt = Int64(value)
+        }
+        let dead = Int(try RedisReplyReader.integer(replies[7], command: "XLEN \(keys.dead)"))
+        let feedback = Int(try RedisReplyReader.integer(replies[8], command: "XLEN \(keys.feedback)"))
+        let group = try QueueInspector.group(keys: keys, depth: depth, now: now, groups: replies[1], pending: replies[2], consumers: replies[3])
+        return QueueStats(keys: keys, sampledAt: now, depth: depth, group: group, retrySize: retrySize, retryDue: retryDue,
+                          nextRetryAt: nextRetryAt, deadLetters: dead, feedback: feedback)
+    }
+
+    /// The group's numbers from XINFO GROUPS, XPENDING (summary) and XINFO CONSUMERS; nil when the
+    /// stream or the group does not exist yet.
+    static func group(keys: QueueKeys, depth: Int, now: Int64, groups: RedisReply, pending: RedisReply, consumers: RedisReply) throws -> QueueStats.Group? {
+        if case .error(let message) = groups {
+            // No jobs stream yet: nothing was ever enqueued and no worker started.
+            if message.contains("no such key") { return nil }
+            throw QueueToolError.server(command: "XINFO GROUPS \(keys.jobs)", message: message)
+        }
+        guard case .array(let list) = groups else { throw QueueToolError.unexpectedReply(command: "XINFO GROUPS", reply: "\(groups)") }
+        guard let info = list.map(RedisReplyReader.map).first(where: { $0["name"]?.string == keys.group }) else { return nil }
+
+        var pendingCount = Int(info["pending"]?.integer ?? 0)
+        var oldestID: String? = nil
+        if case .array(let summary) = pending, summary.count >= 2 {
+            pendingCount = Int(summary[0].integer ?? Int64(pendingCount))
+            oldestID = summary[1].string
+        } else if case .error(let message) = pending {
+            throw QueueToolError.server(command: "XPENDING \(keys.jobs) \(keys.group)", message: message)
+        }
+        var oldestAge: Int64? = nil
+        if let oldestID, let id = StreamEntryID(oldestID) { oldestAge = max(0, now - Int64(id.milliseconds)) }
+
+        let lag: Int
+        let exact: Bool
+        if let value = info["lag"]?.integer {
+            lag = Int(value)
+            exact = true
+        } else {
+            lag = max(0, depth - pendingCount)
+            exact = false
+        }
+        var consumerList: [QueueStats.Consumer] = []
+        if case .array(let rows) = consumers {
+            for row in rows {
+                let fields = RedisReplyReader.map(row)
+                guard let name = fields["name"]?.string else { continue }
+                consumerList.append(QueueStats.Consumer(
+                    name: name, pending: Int(fields["pending"]?.integer ?? 0), idle: fields["idle"]?.integer ?? 0,
+                    inactive: fields["inactive"]?.integer.flatMap { $0 < 0 ? nil : $0 }))
+            }
+        } else if case .error(let message) = consumers {
+            throw QueueToolError.server(command: "XINFO CONSUMERS \(keys.jobs) \(keys.group)", message: message)
+        }
+        consumerList.sort { $0.name < $1.name }
+        return QueueStats.Group(
+            name: keys.group, pending: pendingCount, lag: lag, lagIsExact: exact,
+            lastDeliveredID: info["last-delivered-id"]?.string, entriesRead: info["entries-read"]?.integer,
+            oldestPendingID: oldestID, oldestPendingAge: oldestAge, consumers: consumerList)
+    }
+
+    /// `text` with Redis glob metacharacters escaped, so a prefix matches only itself.
+    static func globEscaped(_ text: String) -> String {
+        var out = ""
+        for character in text {
+            if "*?[]\\".contains(character) { out.append("\\") }
+            out.append(character)
+        }
+        return out
+    }
+}

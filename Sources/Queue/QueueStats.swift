@@ -1,0 +1,57 @@
+/// One queue's numbers at one moment, as `herald stats` shows them.
+public struct QueueStats: Sendable {
+    public var keys: QueueKeys
+    /// Redis' clock when sampled, ms since the epoch (ages and "due now" are measured against it).
+    public var sampledAt: Int64
+    /// Entries in the jobs stream: waiting plus in flight (Herald deletes what it finished).
+    public var depth: Int
+    /// The consumer group, or nil when no worker has created it yet.
+    public var group: Group?
+    /// Members of the retry set, and how many of them are due now.
+    public var retrySize: Int
+    public var retryDue: Int
+    /// Due time of the earliest retry, ms since the epoch.
+    public var nextRetryAt: Int64?
+    /// Entries of the dead-letter and feedback streams.
+    public var deadLetters: Int
+    public var feedback: Int
+
+    public struct Group: Sendable {
+        public var name: String
+        /// Entries delivered to a consumer and not yet acknowledged (XPENDING).
+        public var pending: Int
+        /// Entries not yet delivered to any consumer: Redis' `lag`, or `depth - pending` when
+        /// Redis cannot tell (`lagIsExact` false); Herald deletes acknowledged entries, so the
+        /// stream holds exactly the pending and the undelivered ones.
+        public var lag: Int
+        public var lagIsExact: Bool
+        public var lastDeliveredID: String?
+        public var entriesRead: Int64?
+        /// The oldest pending entry's id (its enqueue time) and age in ms.
+        public var oldestPendingID: String?
+        public var oldestPendingAge: Int64?
+        public var consumers: [Consumer]
+    }
+
+    public struct Consumer: Sendable {
+        public var name: String
+        public var pending: Int
+        /// Since the consumer's last attempted interaction (XINFO CONSUMERS `idle`), ms.
+        public var idle: Int64
+        /// Since its last successful read or claim (Redis 7.2+ `inactive`), ms; nil before 7.2.
+        public var inactive: Int64?
+    }
+
+    public init(keys: QueueKeys, sampledAt: Int64, depth: Int, group: Group?, retrySize: Int, retryDue: Int,
+                nextRetryAt: Int64?, deadLetters: Int, feedback: Int) {
+        self.keys = keys
+        self.sampledAt = sampledAt
+        self.depth = depth
+        self.group = group
+        self.retrySize = retrySize
+        self.retryDue = retryDue
+        self.nextRetryAt = nextRetryAt
+        self.deadLetters = deadLetters
+        self.feedback = feedback
+    }
+}

@@ -1,0 +1,44 @@
+import Transport
+
+/// What went wrong in an operator tool (`herald stats`, `dead-letters`, `feedback`), worded for
+/// the operator: where Redis was looked for and how to point Herald elsewhere.
+public enum QueueToolError: Error, CustomStringConvertible, Sendable, Equatable {
+    /// Redis could not be reached at all (refused, unresolvable, timed out, bad password).
+    case unreachable(endpoint: String, cause: String)
+    /// The connection dropped in the middle of the work.
+    case connectionLost(endpoint: String, cause: String)
+    /// Redis did not answer within the time allowed.
+    case timedOut(endpoint: String, command: String, seconds: Int)
+    /// Redis answered with an error reply.
+    case server(command: String, message: String)
+    /// Redis answered with something the tool does not understand.
+    case unexpectedReply(command: String, reply: String)
+    /// SIGINT or SIGTERM arrived while waiting.
+    case interrupted
+    /// An argument the tool cannot use.
+    case invalidArgument(String)
+
+    public var description: String {
+        switch self {
+        case .unreachable(let endpoint, let cause):
+            return "cannot reach Redis at \(endpoint) (\(cause)). Point Herald at your Redis with "
+                + "--redis redis://[user[:password]@]host[:port][/db] or the HERALD_REDIS environment variable."
+        case .connectionLost(let endpoint, let cause):
+            return "lost the connection to Redis at \(endpoint) (\(cause)). Every step is atomic and safe to repeat: run the command again to finish."
+        case .timedOut(let endpoint, let command, let seconds):
+            return "Redis at \(endpoint) did not answer \(command) within \(seconds) s."
+        case .server(let command, let message):
+            if message.hasPrefix("NOAUTH") || message.hasPrefix("WRONGPASS") {
+                return "Redis refused \(command): \(message) Give the password in the URL: "
+                    + "--redis redis://[user]:PASSWORD@host:port (or HERALD_REDIS)."
+            }
+            return "Redis refused \(command): \(message)"
+        case .unexpectedReply(let command, let reply):
+            return "unexpected reply to \(command) from Redis: \(reply)"
+        case .interrupted:
+            return "interrupted"
+        case .invalidArgument(let message):
+            return message
+        }
+    }
+}

@@ -1,0 +1,125 @@
+import ArgumentParser
+import Queue
+
+struct FeedbackCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "feedback",
+        abstract: "Read the device tokens APNs rejected (herald:{QUEUE}:feedback), for the backend to delete.",
+        subcommands: [Tail.self])
+}
+
+extension FeedbackCommand {
+    struct Tail: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "tail",
+            abstract: "Print the latest feedback entries; with --follow keep printing new ones until Ctrl-C.",
+            discussion: """
+                Each entry: id, time, reason (Unregistered, BadDeviceToken, DeviceTokenNotForTopic), \
+                token (first 8 digits unless --show-tokens), topic, APNs' invalid-since timestamp (410 only) \
+                and the job it came from. --json prints one JSON object per line.
+                """)
+
+        @OptionGroup var queueOptions: QueueOptions
+        @Flag(help: "Keep waiting for new entries (XREAD BLOCK) until SIGINT or SIGTERM.") var follow = false
+        @Option(help: "Start after this entry id; $ for only entries added from now on. Default: the last --count entries.")
+        var from: String?
+        @Option(help: "How many entries to print (without --from: the newest this many).") var count = 10
+        @Flag(name: .customLong("show-tokens"), help: "Print device tokens in full (the backend needs them to delete tokens).") var showTokens = false
+        @Flag(help: "One JSON object per line.") var json = false
+
+        func validate() throws {
+            guard count >= 1 else { throw ValidationError("--count must be at least 1") }
+            if let from, from != "$", StreamEntryID(from) == nil, from != "0" {
+                throw ValidationError("--from must be a stream entry id (like 1718000000000-0), 0 for the beginning, or $ for new entries only")
+            }
+        }
+
+        func run() throws {
+            let keys = queueOptions.keys()
+            let redis = try queueOptions.blockingClient()
+            if follow { try redis.stopOnSignals() }
+            let reader = FeedbackReader(redis: redis, keys: keys)
+            let printer = FeedbackPrinter(showTokens: showTokens, json: json)
+
+            var last: StreamEntryID
+            switch from {
+            case "$"?:
+                last = try reader.lastID()
+                if !follow { QueueToolOutput.note("--from $ without --follow prints nothing: it starts after the newest entry") }
+            case let id?:
+                let start = StreamEntryID(id) ?? StreamEntryID(milliseconds: 0, sequence: 0)
+                let entries = try reader.after(start, count: count)
+                printer.print(entries, now: HumanTime.nowMilliseconds())
+                last = entries.last?.id ?? start
+            case nil:
+                let entries = try reader.last(count)
+                printer.print(entries, now: HumanTime.nowMilliseconds())
+                last = try entries.last?.id ?? reader.lastID()
+            }
+            guard follow else { return }
+            if !json { QueueToolOutput.note("following \(keys.feedback) after \(last); Ctrl-C to stop") }
+            var failures = 0
+            while true {
+                do {
+                    let entries = try reader.wait(after: last, blockMilliseconds: 5_000, count: 500)
+                    failures = 0
+                    printer.print(entries, now: HumanTime.nowMilliseconds())
+                    if let newest = entries.last?.id { last = newest }
+                } catch QueueToolError.interrupted {
+                    return
+                } catch let error as QueueToolError {
+                    // Redis restarted or the network blinked: say so, wait, and carry on after `last`.
+                    switch error {
+                    case .connectionLost, .unreachable, .timedOut:
+                        failures += 1
+                        if failures == 1 || failures % 30 == 0 {
+                            QueueToolOutput.note("Redis at \(redis.endpoint) is gone (\(error)); reconnecting every second, Ctrl-C to stop")
+                        }
+                        redis.reconnect()
+                        // Wait a second on the loop, so Ctrl-C still ends the command at once.
+                        try? redis.idle(milliseconds: 1_000)
+                        if redis.interrupted { return }
+                    default:
+                        throw error
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Prints feedback entries as aligned lines or JSON lines, flushing after each batch.
+struct FeedbackPrinter {
+    let showTokens: Bool
+    let json: Bool
+
+    func print(_ entries: [FeedbackEntry], now: Int64) {
+        guard !entries.isEmpty else { return }
+        let lines = entries.map { json ? jsonLine($0) : textLine($0, now: now) }
+        QueueToolOutput.emit(lines.joined(separator: "\n"))
+    }
+
+    func textLine(_ entry: FeedbackEntry, now: Int64) -> String {
+        var columns = [entry.id.description, HumanTime.utc(Int64(entry.id.milliseconds)), pad(entry.reason, 22),
+                       pad(QueueToolOutput.token(entry.token, show: showTokens), showTokens ? 64 : 9), entry.topic]
+        if let timestamp = entry.timestamp { columns.append("invalid since \(HumanTime.utc(timestamp))") }
+        if let job = entry.job { columns.append("job \(job)") }
+        return columns.joined(separator: "  ")
+    }
+
+    func jsonLine(_ entry: FeedbackEntry) -> String {
+        ToolJSON.object([
+            ("id", .string(entry.id.description)),
+            ("at", .string(HumanTime.iso8601(Int64(entry.id.milliseconds)))),
+            ("reason", .string(entry.reason)),
+            ("token", .string(QueueToolOutput.token(entry.token, show: showTokens))),
+            ("topic", .string(entry.topic)),
+            ("timestamp_ms", .optional(entry.timestamp)),
+            ("job", .optional(entry.job)),
+        ]).rendered(pretty: false)
+    }
+
+    private func pad(_ text: String, _ width: Int) -> String {
+        text.count >= width ? text : text + String(repeating: " ", count: width - text.count)
+    }
+}

@@ -1,0 +1,119 @@
+import ArgumentParser
+import Queue
+
+struct StatsCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "stats",
+        abstract: "Show a queue's depth, pending entries, lag, retries, dead letters, feedback and consumers.",
+        discussion: """
+            Per queue: depth (entries in :jobs, waiting or in flight), pending (delivered to a worker, \
+            not yet acknowledged), lag (not yet delivered to any worker; "~" when Redis cannot count it \
+            and Herald estimates depth - pending), the retry set's size and how many are due now, the \
+            :dead and :feedback stream lengths, and each consumer with its pending count and idle time. \
+            Read-only. --all-queues finds every queue with SCAN MATCH herald:{*}:jobs.
+            """)
+
+    @OptionGroup var queueOptions: QueueOptions
+    @Flag(name: .customLong("all-queues"), help: "Every queue in this Redis (SCAN MATCH herald:{*}:jobs), not only --queue.")
+    var allQueues = false
+    @Flag(help: "Print JSON for machines instead of tables.") var json = false
+
+    func validate() throws {
+        if allQueues && queueOptions.queue != nil { throw ValidationError("--queue and --all-queues exclude each other") }
+    }
+
+    func run() throws {
+        let endpoint = try queueOptions.endpoint()
+        let redis = try BlockingRedisClient(endpoint: endpoint)
+        let inspector = QueueInspector(redis: redis)
+        let names = allQueues ? try inspector.discoverQueues() : [queueOptions.keys().queue]
+        let stats = try names.map { try inspector.stats(keys: QueueKeys(queue: $0)) }
+        if json {
+            print(StatsCommand.json(stats, redis: endpoint.description).rendered())
+        } else if stats.isEmpty {
+            print("no queues in \(endpoint): no key matches \(QueueKeys.defaultPrefix):{*}:jobs")
+        } else {
+            print(StatsCommand.text(stats))
+        }
+    }
+
+    static func text(_ stats: [QueueStats]) -> String {
+        let rows = stats.map { queue -> [String] in
+            let group = queue.group
+            return [
+                queue.keys.queue, String(queue.depth),
+                group.map { String($0.pending) } ?? "-",
+                group.map { ($0.lagIsExact ? "" : "~") + String($0.lag) } ?? "-",
+                group?.oldestPendingAge.map(HumanTime.duration) ?? "-",
+                String(queue.retrySize), String(queue.retryDue),
+                queue.nextRetryAt.map { StatsCommand.nextRetry($0, now: queue.sampledAt) } ?? "-",
+                String(queue.deadLetters), String(queue.feedback),
+                group.map { String($0.consumers.count) } ?? "-",
+            ]
+        }
+        var sections = [QueueToolOutput.table(
+            ["QUEUE", "DEPTH", "PENDING", "LAG", "OLDEST PENDING", "RETRY", "DUE", "NEXT RETRY", "DEAD", "FEEDBACK", "CONSUMERS"], rows)]
+        for queue in stats {
+            guard let group = queue.group else {
+                sections.append("\(queue.keys.queue): no consumer group \"\(queue.keys.group)\" on \(queue.keys.jobs) yet (no worker has started on this queue)")
+                continue
+            }
+            if group.consumers.isEmpty {
+                sections.append("\(queue.keys.queue): group \"\(group.name)\" has no consumers")
+                continue
+            }
+            let consumerRows = group.consumers.map { consumer in
+                [consumer.name, String(consumer.pending), HumanTime.duration(consumer.idle), consumer.inactive.map(HumanTime.duration) ?? "-"]
+            }
+            sections.append("consumers of \(queue.keys.queue) (group \(group.name), \(queue.keys.jobs)):\n"
+                + QueueToolOutput.table(["CONSUMER", "PENDING", "IDLE", "INACTIVE"], consumerRows, indent: "  "))
+        }
+        if stats.contains(where: { $0.group?.lagIsExact == false }) {
+            sections.append("~: Redis cannot count the lag (entries were deleted out of order); estimated as depth - pending.")
+        }
+        return sections.joined(separator: "\n\n")
+    }
+
+    /// "in 3s", "now", or "overdue 5m" (no worker is promoting retries).
+    static func nextRetry(_ due: Int64, now: Int64) -> String {
+        if due > now { return "in " + HumanTime.duration(due - now) }
+        if now - due <= 2_000 { return "now" }
+        return "overdue " + HumanTime.duration(now - due)
+    }
+
+    static func json(_ stats: [QueueStats], redis: String) -> ToolJSON {
+        .object([
+            ("redis", .string(redis)),
+            ("sampled_at", stats.first.map { .string(HumanTime.iso8601($0.sampledAt)) } ?? .null),
+            ("queues", .array(stats.map(json))),
+        ])
+    }
+
+    static func json(_ queue: QueueStats) -> ToolJSON {
+        let group = queue.group
+        return .object([
+            ("queue", .string(queue.keys.queue)),
+            ("keys", .object([("jobs", .string(queue.keys.jobs)), ("retry", .string(queue.keys.retry)),
+                              ("dead", .string(queue.keys.dead)), ("feedback", .string(queue.keys.feedback))])),
+            ("sampled_at_ms", .integer(queue.sampledAt)),
+            ("depth", .int(queue.depth)),
+            ("group", .optional(group?.name)),
+            ("pending", group.map { .int($0.pending) } ?? .null),
+            ("lag", group.map { .int($0.lag) } ?? .null),
+            ("lag_exact", group.map { .bool($0.lagIsExact) } ?? .null),
+            ("last_delivered_id", .optional(group?.lastDeliveredID)),
+            ("entries_read", .optional(group?.entriesRead)),
+            ("oldest_pending_id", .optional(group?.oldestPendingID)),
+            ("oldest_pending_age_ms", .optional(group?.oldestPendingAge)),
+            ("retry_size", .int(queue.retrySize)),
+            ("retry_due", .int(queue.retryDue)),
+            ("next_retry_at_ms", .optional(queue.nextRetryAt)),
+            ("dead_letters", .int(queue.deadLetters)),
+            ("feedback", .int(queue.feedback)),
+            ("consumers", .array((group?.consumers ?? []).map { consumer in
+                .object([("name", .string(consumer.name)), ("pending", .int(consumer.pending)),
+                         ("idle_ms", .integer(consumer.idle)), ("inactive_ms", .optional(consumer.inactive))])
+            })),
+        ])
+    }
+}
