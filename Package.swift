@@ -18,6 +18,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
     ],
     targets: [
         // C libraries from Debian, reached through pkg-config.
@@ -58,7 +59,10 @@ let package = Package(
         // The APNs emulator.
         .target(
             name: "MockAPNs",
-            dependencies: ["APNs", "Transport", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "APNs", "Transport", .product(name: "Logging", package: "swift-log"),
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
+            ],
             swiftSettings: swiftSettings),
         // Connection pool, provider tokens, and (later) the Redis-fed pipeline.
         .target(
@@ -69,10 +73,12 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
             ],
             swiftSettings: swiftSettings),
+        // The load generator: starts Redis, the emulator and workers, enqueues, measures, reports.
+        .target(name: "LoadGen", dependencies: ["APNs", "Transport", "Queue"], swiftSettings: swiftSettings),
         .executableTarget(
             name: "herald",
             dependencies: [
-                "APNs", "Transport", "MockAPNs", "Queue", "Worker", "Observability",
+                "APNs", "Transport", "MockAPNs", "Queue", "Worker", "Observability", "LoadGen",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Yams", package: "Yams"),
@@ -85,7 +91,7 @@ let package = Package(
         .testTarget(name: "QueueTests", dependencies: ["APNs", "Queue"], swiftSettings: swiftSettings),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["APNs", "Transport", "MockAPNs", "Queue", "Worker"],
+            dependencies: ["APNs", "Transport", "MockAPNs", "Queue", "Worker", "LoadGen"],
             swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]

@@ -1,17 +1,26 @@
 import Glibc
 import Transport
 
-/// A program Herald starts and stops itself (the demo's private redis-server).
-final class ChildProcess {
-    let pid: pid_t
-    let name: String
+/// A program Herald starts and stops itself: the load generator's (and demo's) private
+/// redis-server, the emulator and the worker processes.
+///
+/// Its standard output and error go to `logFile`; it does not inherit Herald's blocked signals.
+/// Owned by whoever started it, which calls `terminate()`; nothing else signals it.
+public final class ChildProcess {
+    public let pid: pid_t
+    public let name: String
+    public let logFile: String
+    private var exitStatus: Int32?
 
-    /// Starts `arguments[0]` (searched in PATH) with its output sent to `logFile`.
-    init(_ arguments: [String], logFile: String) throws {
+    /// Starts `arguments[0]` (a path, or a name searched in PATH), with `environment` added to
+    /// (and overriding) this process's environment.
+    public init(_ arguments: [String], logFile: String, environment: [String: String] = [:]) throws(LoadGenError) {
         name = arguments[0]
+        self.logFile = logFile
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
         posix_spawn_file_actions_addopen(&actions, 1, logFile, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
         posix_spawn_file_actions_adddup2(&actions, 1, 2)
         var attributes = posix_spawnattr_t()
@@ -24,39 +33,94 @@ final class ChildProcess {
         posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK))
         var cArguments: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
         defer { for pointer in cArguments { free(pointer) } }
+        var cEnvironment: [UnsafeMutablePointer<CChar>?] = ChildProcess.mergedEnvironment(environment).map { strdup($0) } + [nil]
+        defer { for pointer in cEnvironment { free(pointer) } }
         var child: pid_t = 0
-        let rc = posix_spawnp(&child, arguments[0], &actions, &attributes, &cArguments, environ)
+        let rc = posix_spawnp(&child, arguments[0], &actions, &attributes, &cArguments, &cEnvironment)
         guard rc == 0 else {
-            throw DemoError("cannot start \(arguments[0]): \(String(cString: strerror(rc))); install it (make deps) and try again")
+            throw LoadGenError("cannot start \(arguments[0]): \(String(cString: strerror(rc))); install it (make deps) and try again")
         }
         pid = child
     }
 
-    /// True while the process runs.
-    var isRunning: Bool {
-        var status: Int32 = 0
-        return waitpid(pid, &status, WNOHANG) == 0
+    /// This process's environment as `NAME=value` lines, with `additions` replacing same-named entries.
+    static func mergedEnvironment(_ additions: [String: String]) -> [String] {
+        var lines: [String] = []
+        var index = 0
+        while let entry = environ[index] {
+            let line = String(cString: entry)
+            let name = line.prefix { $0 != "=" }
+            if additions[String(name)] == nil { lines.append(line) }
+            index += 1
+        }
+        for (name, value) in additions.sorted(by: { $0.key < $1.key }) { lines.append("\(name)=\(value)") }
+        return lines
     }
 
-    func terminate() {
+    /// True while the process runs.
+    public var isRunning: Bool {
+        if exitStatus != nil { return false }
+        var status: Int32 = 0
+        if waitpid(pid, &status, WNOHANG) == pid {
+            exitStatus = status
+            return false
+        }
+        return true
+    }
+
+    /// Waits until the log holds a line starting with `prefix` and returns the rest of it.
+    public func waitForLine(startingWith prefix: String, timeoutMilliseconds: Int64 = 30_000) throws(LoadGenError) -> String {
+        let deadline = EventLoop.monotonicMilliseconds() + timeoutMilliseconds
+        while EventLoop.monotonicMilliseconds() < deadline {
+            for line in ChildProcess.lines(ofFile: logFile) where line.hasPrefix(prefix) {
+                return String(line.dropFirst(prefix.count))
+            }
+            guard isRunning else { break }
+            usleep(10_000)
+        }
+        let tail = ChildProcess.lines(ofFile: logFile).suffix(5).joined(separator: "\n  ")
+        throw LoadGenError("\(name) did not say \"\(prefix)…\" (\(isRunning ? "timed out" : "it exited")); its log \(logFile) ends:\n  \(tail)")
+    }
+
+    static func lines(ofFile path: String) -> [String] {
+        guard let file = fopen(path, "rb") else { return [] }
+        defer { fclose(file) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = fread(&buffer, 1, buffer.count, file)
+            if count <= 0 { break }
+            bytes.append(contentsOf: buffer[0..<count])
+        }
+        return bytes.split(separator: 0x0A).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// Sends SIGTERM, waits up to `graceMilliseconds`, then SIGKILL. Returns the wait status.
+    @discardableResult
+    public func terminate(graceMilliseconds: Int64 = 10_000) -> Int32 {
+        if let exitStatus { return exitStatus }
         kill(pid, SIGTERM)
         var status: Int32 = 0
-        for _ in 0..<100 {
-            if waitpid(pid, &status, WNOHANG) != 0 { return }
-            usleep(20_000)
+        let deadline = EventLoop.monotonicMilliseconds() + graceMilliseconds
+        while EventLoop.monotonicMilliseconds() < deadline {
+            if waitpid(pid, &status, WNOHANG) == pid { exitStatus = status; return status }
+            usleep(10_000)
         }
         kill(pid, SIGKILL)
         waitpid(pid, &status, 0)
+        exitStatus = status
+        return status
     }
 }
 
-struct DemoError: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
+/// What went wrong in a load run, said for a person.
+public struct LoadGenError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
 }
 
 /// A TCP port that was free a moment ago on 127.0.0.1.
-func freeLocalPort() throws -> Int {
+public func freeLocalPort() throws -> Int {
     let (fd, port) = try Socket.listen(host: "127.0.0.1", port: 0)
     close(fd)
     return port

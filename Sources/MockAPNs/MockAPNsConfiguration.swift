@@ -59,6 +59,9 @@ public struct MockAPNsConfiguration: Sendable {
     public var goAwayAfterStreams: Int? = nil
     /// Each connection is dropped without GOAWAY after this many streams.
     public var disconnectAfterStreams: Int? = nil
+    /// Record enqueue-to-answer latency of accepted requests from the payload's top-level `"t"`
+    /// (ms or µs since the epoch; see `LatencyRecorder`). Off by default: it costs a payload scan.
+    public var measureLatency = false
     /// Seed for the injected-error draws (reproducible runs).
     public var seed: UInt64 = 0x4845_5241_4c44
     /// Clock for token ages and the 20-minute rule (tests inject a manual one).

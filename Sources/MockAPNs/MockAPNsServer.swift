@@ -32,6 +32,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     private var delayed: [DelayedAnswer] = []
     private var delayedHead = 0
     private var delayTimerArmed = false
+    private var latency: LatencyRecorder?
 
     /// Per-connection bookkeeping the emulator keeps in `HTTP2ServerConnection.userState`.
     final class ConnectionState {
@@ -54,6 +55,8 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         var timestamp: Int64?
         var apnsID: String
         var uuid: UUIDKey?
+        /// The payload's enqueue stamp in µs since the epoch (0: none, or not measuring).
+        var stampMicros: Int64 = 0
     }
 
     public init(loop: EventLoop, configuration: MockAPNsConfiguration, logger: Logger) throws {
@@ -61,6 +64,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         self.configuration = configuration
         self.logger = logger
         random = SplitMix64(seed: configuration.seed)
+        latency = configuration.measureLatency ? LatencyRecorder() : nil
         if let pem = configuration.jwtKeyPEM {
             guard let team = configuration.teamID, let key = configuration.keyID else {
                 throw MockAPNsError.configuration("--jwt-key needs --team-id and --key-id to check the token's iss and kid")
@@ -110,12 +114,17 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         connections.removeAll()
     }
 
-    public var currentStatistics: MockAPNsStatistics { statistics }
+    public var currentStatistics: MockAPNsStatistics {
+        var current = statistics
+        current.latency = latency?.percentiles
+        return current
+    }
 
     /// Forgets every count (between phases of a benchmark).
     public func resetStatistics() {
         statistics = MockAPNsStatistics()
         acceptedIDs.removeAll()
+        if latency != nil { latency = LatencyRecorder() }
     }
 
     /// How many times `apnsID` was accepted.
@@ -149,7 +158,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         statistics.streams += 1
         let state = connection.userState as! ConnectionState
         if request.path == "/_herald/stats" && request.method == "GET" {
-            connection.respond(streamID: request.streamID, status: 200, headers: [], body: Array(statistics.json().utf8))
+            connection.respond(streamID: request.streamID, status: 200, headers: [], body: Array(currentStatistics.json().utf8))
             return
         }
         if let limit = configuration.disconnectAfterStreams, connection.streamsReceived >= limit {
@@ -210,6 +219,9 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
                 if previous == 0 { statistics.acceptedUnique += 1 } else { statistics.duplicates += 1 }
             } else {
                 statistics.acceptedWithoutID += 1
+            }
+            if answer.stampMicros > 0 {
+                latency?.record(stampMicros: answer.stampMicros, nowMicros: LatencyRecorder.nowMicros())
             }
             connection.respond(streamID: streamID, status: 200, headers: [("apns-id", answer.apnsID)], body: [])
             return
@@ -320,7 +332,17 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
                 }
             }
         }
+        if latency != nil { answer.stampMicros = MockAPNsServer.enqueueStamp(request.body) }
         return answer
+    }
+
+    /// The payload's top-level `"t"` as µs since the epoch, or 0.
+    static func enqueueStamp(_ body: [UInt8]) -> Int64 {
+        body.withUnsafeBufferPointer { bytes in
+            let scanner = JSONScanner(bytes)
+            guard let value = scanner.rootMember("t"), let stamp = scanner.int64(value) else { return 0 }
+            return LatencyRecorder.stampMicros(stamp) ?? 0
+        }
     }
 
     private func verify(_ jwt: String) -> Result<ParsedProviderToken, ProviderTokenVerificationFailure> {

@@ -15,6 +15,8 @@ public struct MockAPNsStatistics: Sendable, Equatable {
     public var goAwaysSent = 0
     public var disconnects = 0
     public var tokensVerified = 0
+    /// End-to-end latency of accepted notifications, when `MockAPNsConfiguration.measureLatency` is on.
+    public var latency: LatencyPercentiles? = nil
 
     public var rejectedTotal: Int { rejected.values.reduce(0, +) }
 
@@ -24,6 +26,7 @@ public struct MockAPNsStatistics: Sendable, Equatable {
         return "{\"accepted\":\(accepted),\"accepted_unique\":\(acceptedUnique),\"duplicates\":\(duplicates),"
             + "\"accepted_without_id\":\(acceptedWithoutID),\"rejected\":{\(reasons)},\"rejected_total\":\(rejectedTotal),"
             + "\"connections\":\(connections),\"streams\":\(streams),\"goaways_sent\":\(goAwaysSent),"
-            + "\"disconnects\":\(disconnects),\"tokens_verified\":\(tokensVerified)}"
+            + "\"disconnects\":\(disconnects),\"tokens_verified\":\(tokensVerified)"
+            + (latency.map { ",\"latency\":" + $0.json() } ?? "") + "}"
     }
 }

@@ -3,6 +3,7 @@ import ArgumentParser
 import Glibc
 import Logging
 import MockAPNs
+import Observability
 import Transport
 
 struct MockAPNsCommand: ParsableCommand {
@@ -35,6 +36,8 @@ struct MockAPNsCommand: ParsableCommand {
     @Option(name: .customLong("goaway-after"), help: "Each connection sends GOAWAY (Shutdown) after this many streams.") var goAwayAfter: Int?
     @Option(name: .customLong("disconnect-after"), help: "Each connection is dropped without GOAWAY after this many streams.") var disconnectAfter: Int?
     @Option(name: .customLong("stats-out"), help: "Write the counts as JSON here on exit.") var statsOut: String?
+    @Option(name: .customLong("stats-port"), help: "Also serve GET /_herald/stats over plain HTTP/1.1 on this port of --host (0 picks one; prints `stats on HOST:PORT`).") var statsPort: Int?
+    @Flag(name: .customLong("measure-latency"), help: "Record enqueue-to-answer latency of accepted requests from the payload's top-level \"t\" (ms or µs since the epoch); percentiles go into the stats.") var measureLatency = false
     @Option(name: .customLong("log-level")) var logLevel: String?
 
     func run() throws {
@@ -62,6 +65,7 @@ struct MockAPNsCommand: ParsableCommand {
         configuration.disconnectAfterStreams = disconnectAfter
         configuration.teamID = teamID
         configuration.keyID = keyID
+        configuration.measureLatency = measureLatency
         if let writeKey {
             let pem = try ES256PrivateKey.generateP8()
             try writeFile(writeKey, pem, mode: 0o600)
@@ -83,10 +87,23 @@ struct MockAPNsCommand: ParsableCommand {
             loop.stop()
         }
         try server.start()
+        var statsServer: MetricsHTTPServer? = nil
+        if let statsPort {
+            // Plain HTTP for scripts and the load generator, which speak no HTTP/2.
+            let plain = MetricsHTTPServer(loop: loop) { path in
+                path == "/_herald/stats"
+                    ? MetricsHTTPServer.Response(status: 200, contentType: "application/json", body: Array(server.currentStatistics.json().utf8))
+                    : MetricsHTTPServer.Response(status: 404, body: Array("try /_herald/stats\n".utf8))
+            }
+            try plain.start(host: host, port: statsPort)
+            statsServer = plain
+        }
         print("listening on \(host):\(server.port)")
+        if let statsServer { print("stats on \(host):\(statsServer.port)") }
         fflush(nil)
         loop.run()
         _ = signals
+        statsServer?.stop()
         let json = server.currentStatistics.json()
         server.stop()
         if let statsOut { try writeFile(statsOut, json + "\n", mode: 0o644) }

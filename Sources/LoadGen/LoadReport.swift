@@ -1,0 +1,190 @@
+/// What one load run measured, with its conditions: counts of every outcome (and of what was
+/// lost or duplicated), time and rate, latency percentiles, worker CPU and memory. `LoadRun`
+/// fills it; `herald loadgen` prints `text()` and writes `json()` and the plot.
+public struct LoadReport: Sendable {
+    public var jobs = 0
+    public var notifications = 0
+    public var accepted = 0
+    public var deadLettered = 0
+    public var deadTokens = 0
+    public var superseded = 0
+    /// Whether superseded counts were read from every worker (attached workers without --worker-metrics: no).
+    public var supersededKnown = true
+    public var duplicated = 0
+    /// Answers other than 200 the emulator gave (each ends as a dead token, a dead letter or a retry).
+    public var rejectedByAPNs = 0
+    public var wallSeconds = 0.0
+    public var enqueueSeconds = 0.0
+    /// Steady mode: the furthest the producer fell behind its schedule (counted in the latency), ms.
+    public var producerMaxBehindMilliseconds: Double? = nil
+    public var latency: LatencyReport? = nil
+    /// utime + stime of the workers this run started; nil when it measured attached workers.
+    public var workerCPUSeconds: Double? = nil
+    public var peakWorkerHWMBytes: Int? = nil
+    public var maxWorkerRSSBytes: Int? = nil
+    public var timedOut = false
+    public var conditions = RunConditions()
+
+    public init() {}
+
+    /// Notifications with no outcome at all: must be 0.
+    public var lost: Int { notifications - accepted - deadLettered - deadTokens - superseded }
+    public var notificationsPerSecond: Double { wallSeconds > 0 ? Double(notifications - lost) / wallSeconds : 0 }
+    public var cpuSecondsPer100k: Double? {
+        workerCPUSeconds.map { notifications > 0 ? $0 / Double(notifications) * 100_000 : 0 }
+    }
+    /// Every notification has exactly one outcome and nothing was delivered twice.
+    public var isClean: Bool { lost == 0 && duplicated == 0 && !timedOut }
+
+    // MARK: text
+
+    public func text() -> String {
+        let g = PercentText.grouped
+        var lines: [String] = []
+        lines.append("Herald loadgen: \(conditions.mode)")
+        lines.append("  jobs / notifications   \(g(jobs)) / \(g(notifications))")
+        lines.append("  accepted               \(g(accepted))")
+        lines.append("  dead-lettered          \(g(deadLettered))")
+        lines.append("  dead tokens            \(g(deadTokens))")
+        lines.append("  superseded             \(g(superseded))\(supersededKnown ? "" : " (workers' /metrics not given: not counted)")")
+        lines.append("  lost                   \(g(lost))\(lost == 0 ? "" : "  <-- every notification must have an outcome")")
+        lines.append("  duplicated             \(g(duplicated))\(duplicated == 0 ? "" : "  <-- APNs got an apns-id twice")")
+        if rejectedByAPNs > 0 { lines.append("  APNs answers not 200   \(g(rejectedByAPNs)) (retried or final, counted above)") }
+        lines.append("  wall time              \(PercentText.fixed(wallSeconds, digits: 2)) s\(timedOut ? " (TIMED OUT)" : "")  (enqueue \(PercentText.fixed(enqueueSeconds, digits: 2)) s)")
+        lines.append("  throughput             \(g(Int(notificationsPerSecond.rounded()))) notifications/s")
+        if let latency {
+            let ms = { (value: Double) in PercentText.trimmed(value, digits: 3) }
+            lines.append("  latency (enqueue → APNs answer, ms, n=\(g(latency.count)))")
+            lines.append("    p50 \(ms(latency.p50))  p90 \(ms(latency.p90))  p99 \(ms(latency.p99))  p99.9 \(ms(latency.p999))  max \(ms(latency.max))")
+        } else {
+            lines.append("  latency                not measured (the emulator was not started with --measure-latency)")
+        }
+        if let behind = producerMaxBehindMilliseconds {
+            lines.append("  producer behind        \(PercentText.trimmed(behind, digits: 1)) ms at most (included in the latency)")
+        }
+        if let cpu = workerCPUSeconds, let per100k = cpuSecondsPer100k {
+            lines.append("  worker CPU             \(PercentText.fixed(per100k, digits: 2)) s per 100k notifications (user+sys, \(PercentText.fixed(cpu, digits: 2)) s in all)")
+        }
+        if let hwm = peakWorkerHWMBytes, let rss = maxWorkerRSSBytes {
+            lines.append("  peak worker RSS        \(megabytes(hwm)) MB (VmHWM); largest VmRSS sample \(megabytes(rss)) MB")
+        }
+        lines.append("conditions")
+        for (name, value) in conditions.lines {
+            lines.append("  " + name + String(repeating: " ", count: max(1, 23 - name.count)) + value)
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    func megabytes(_ bytes: Int) -> String { PercentText.fixed(Double(bytes) / 1_048_576, digits: 1) }
+
+    // MARK: JSON
+
+    public func json() -> String {
+        var outcomes = JSONObjectText()
+        outcomes.add("accepted", accepted)
+        outcomes.add("dead_lettered", deadLettered)
+        outcomes.add("dead_tokens", deadTokens)
+        outcomes.add("superseded", superseded)
+        outcomes.add("superseded_known", supersededKnown)
+        outcomes.add("lost", lost)
+        outcomes.add("duplicated", duplicated)
+        outcomes.add("apns_rejections", rejectedByAPNs)
+
+        var root = JSONObjectText()
+        root.add("jobs", jobs)
+        root.add("notifications", notifications)
+        root.addRaw("outcomes", outcomes.text)
+        root.add("wall_seconds", wallSeconds)
+        root.add("enqueue_seconds", enqueueSeconds)
+        root.add("notifications_per_second", notificationsPerSecond)
+        root.add("timed_out", timedOut)
+        if let latency {
+            var object = JSONObjectText()
+            object.add("count", latency.count)
+            object.add("p50_ms", latency.p50)
+            object.add("p90_ms", latency.p90)
+            object.add("p99_ms", latency.p99)
+            object.add("p99_9_ms", latency.p999)
+            object.add("max_ms", latency.max)
+            object.addRaw("curve", "[" + latency.curve.map { "[\(JSONObjectText.number($0.percentile)),\(JSONObjectText.number($0.milliseconds))]" }.joined(separator: ",") + "]")
+            root.addRaw("latency", object.text)
+        } else {
+            root.addRaw("latency", "null")
+        }
+        root.add("producer_max_behind_ms", producerMaxBehindMilliseconds)
+        var workers = JSONObjectText()
+        workers.add("cpu_seconds", workerCPUSeconds)
+        workers.add("cpu_seconds_per_100k_notifications", cpuSecondsPer100k)
+        workers.add("peak_vmhwm_bytes", peakWorkerHWMBytes)
+        workers.add("max_vmrss_bytes", maxWorkerRSSBytes)
+        root.addRaw("workers", workers.text)
+        var conditionsObject = JSONObjectText()
+        let c = conditions
+        conditionsObject.add("date", c.date)
+        conditionsObject.add("cores", c.cores)
+        conditionsObject.add("cpu_model", c.cpuModel)
+        conditionsObject.add("kernel", c.kernel)
+        conditionsObject.add("load_average_start", c.loadAverageAtStart)
+        conditionsObject.add("load_average_end", c.loadAverageAtEnd)
+        conditionsObject.add("mode", c.mode)
+        conditionsObject.add("workers", c.workers)
+        conditionsObject.add("threads", c.threads)
+        conditionsObject.add("connections", c.connections)
+        conditionsObject.add("max_streams", c.maxStreams)
+        conditionsObject.add("batch", c.batch)
+        conditionsObject.add("payload_bytes", c.payloadBytes)
+        conditionsObject.add("tokens", c.tokens)
+        conditionsObject.add("fanout", c.fanout)
+        conditionsObject.add("collapse_ratio", c.collapseRatio)
+        conditionsObject.add("push_types", c.pushTypes)
+        conditionsObject.add("emulator_latency_ms", c.emulatorLatencyMilliseconds)
+        conditionsObject.add("faults", c.faults)
+        conditionsObject.add("emulator", c.emulator)
+        conditionsObject.add("redis", c.redis)
+        conditionsObject.add("herald_version", c.heraldVersion)
+        conditionsObject.add("swift_version", c.swiftVersion)
+        conditionsObject.add("git_commit", c.gitCommit)
+        root.addRaw("conditions", conditionsObject.text)
+        return root.text
+    }
+}
+
+/// Builds one JSON object's text, member by member, in the order added.
+struct JSONObjectText {
+    private var members: [String] = []
+
+    var text: String { "{" + members.joined(separator: ",") + "}" }
+
+    mutating func addRaw(_ name: String, _ json: String) { members.append(JSONObjectText.string(name) + ":" + json) }
+    mutating func add(_ name: String, _ value: Int) { addRaw(name, String(value)) }
+    mutating func add(_ name: String, _ value: Bool) { addRaw(name, value ? "true" : "false") }
+    mutating func add(_ name: String, _ value: Double) { addRaw(name, JSONObjectText.number(value)) }
+    mutating func add(_ name: String, _ value: String) { addRaw(name, JSONObjectText.string(value)) }
+    mutating func add(_ name: String, _ value: Int?) { addRaw(name, value.map(String.init) ?? "null") }
+    mutating func add(_ name: String, _ value: Double?) { addRaw(name, value.map(JSONObjectText.number) ?? "null") }
+
+    static func number(_ value: Double) -> String {
+        value.isFinite ? PercentText.trimmed(value, digits: 6) : "null"
+    }
+
+    static func string(_ text: String) -> String {
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            default:
+                if scalar.value < 0x20 {
+                    let hex = String(scalar.value, radix: 16)
+                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+                } else {
+                    out.unicodeScalars.append(scalar)
+                }
+            }
+        }
+        return out + "\""
+    }
+}

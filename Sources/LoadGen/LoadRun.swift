@@ -1,0 +1,481 @@
+import Glibc
+import Queue
+import Transport
+
+/// One whole measurement: starts (or attaches to) Redis, the emulator and the workers, enqueues
+/// the load, waits until every notification has an outcome, stops what it started and returns
+/// the `LoadReport`.
+///
+/// Runs on the calling thread, which watches: Redis every 50 ms (is the queue empty?), the
+/// workers' /proc every 200 ms, the emulator's stats and the progress line every 500 ms. The
+/// producer runs on a loop thread of its own, so watching never delays the paced XADDs.
+/// Outcomes come from their sources: accepted and duplicated from the emulator, dead letters and
+/// dead tokens from Redis, superseded from the workers' /metrics.
+public final class LoadRun {
+    public let configuration: LoadGenConfiguration
+    /// Milestones for a person ("redis-server on …"); nil keeps the run quiet.
+    public var log: ((String) -> Void)?
+    /// The progress line, replaced in place (the caller decides whether stdout is a terminal).
+    public var progress: ((String) -> Void)?
+
+    private var children: [ChildProcess] = []
+    private var workerProcesses: [ChildProcess] = []
+    private var directory = ""
+    private let teamID = "TEAM000001"
+    private let keyID = "LOADGEN001"
+
+    public init(configuration: LoadGenConfiguration) {
+        self.configuration = configuration
+    }
+
+    /// Runs the measurement. Everything started is stopped before it returns or throws.
+    public func run() throws -> LoadReport {
+        try configuration.validate()
+        directory = try LoadRun.makeTemporaryDirectory()
+        var succeeded = false
+        defer {
+            stopEverything()
+            if succeeded && !configuration.keepFiles { LoadRun.removeDirectory(directory) }
+        }
+        let report = try measure()
+        succeeded = true
+        if configuration.keepFiles { log?("  files kept in \(directory)") }
+        return report
+    }
+
+    // MARK: the run
+
+    private func measure() throws -> LoadReport {
+        let c = configuration
+        var conditions = RunConditions.machine()
+        conditions.heraldVersion = c.heraldVersion
+        conditions.swiftVersion = c.swiftVersion
+        conditions.gitCommit = RunConditions.gitCommit(executable: c.executable)
+        let executable = RunConditions.resolvedPath(c.executable)
+        let keys = QueueKeys(queue: c.queue)
+
+        // Redis.
+        let (endpoint, redisURL) = try startRedis()
+        let redis = try BlockingRedisClient(endpoint: endpoint)
+        try redis.stopOnSignals()
+        try waitForRedis(redis)
+        let inspector = QueueInspector(redis: redis)
+        let before = try inspector.stats(keys: keys)
+        if before.depth > 0 || before.retrySize > 0 {
+            throw LoadGenError("\(keys.jobs) already holds \(before.depth) jobs and \(keys.retry) \(before.retrySize): a measurement needs an empty queue (use another --queue)")
+        }
+        let deadBaselineID = try lastEntryID(redis, key: keys.dead)
+        let redisVersion = (try? redis.run(["INFO", "server"]).string).flatMap(LoadRun.redisVersion) ?? "?"
+        conditions.redis = c.redisURL == nil
+            ? "private redis-server \(redisVersion) on \(endpoint.host):\(endpoint.port), --save '' --appendonly no"
+            : "attached redis \(redisVersion) at \(endpoint.host):\(endpoint.port)"
+
+        // The emulator.
+        let apns = try startEmulator(executable: executable)
+        conditions.emulator = apns.description
+        guard let emulatorBaseline = emulatorStatistics(apns.stats) else {
+            throw LoadGenError("no stats from the emulator at http://\(apns.stats.host):\(apns.stats.port)/_herald/stats")
+        }
+        if c.apnsHost != nil, (emulatorBaseline.latency?.count ?? 0) > 0 {
+            log?("  note: the attached emulator already measured \(emulatorBaseline.latency!.count) latencies; its percentiles include them")
+        }
+
+        // The producer's loop thread (after stopOnSignals, so it inherits the blocked signals).
+        let producer = try EventLoopThread()
+        defer { producer.shutdown() }
+        let job = ProducerBox(factory: JobFactory(configuration: c))
+
+        var metricsAddresses = c.workerMetrics.compactMap(LocalHTTPClient.address)
+        var clockStart: Int64 = 0
+        var enqueueStart: Int64 = 0
+        var enqueueEnd: Int64? = nil
+        if c.isSteady {
+            if !c.attachWorkers {
+                metricsAddresses = try startWorkers(executable: executable, redisURL: redisURL, apns: apns)
+                try waitUntilReady(metricsAddresses, redis: redis)
+            }
+            enqueueStart = EventLoop.monotonicMilliseconds()
+            clockStart = enqueueStart
+            startProducer(producer, job, endpoint: endpoint, keys: keys)
+        } else {
+            log?("  enqueueing \(PercentText.grouped(c.jobs)) jobs (\(PercentText.grouped(c.notifications)) notifications) …")
+            enqueueStart = EventLoop.monotonicMilliseconds()
+            startProducer(producer, job, endpoint: endpoint, keys: keys)
+            if c.attachWorkers {
+                clockStart = enqueueStart
+            } else {
+                // Drain mode: the backlog first, then the workers; the clock starts as they do.
+                while true {
+                    let state = producerState(producer, job)
+                    if let error = state.error { throw LoadGenError("enqueueing failed: \(error)") }
+                    if state.finished { break }
+                    progress?("enqueued \(PercentText.grouped(state.added)) of \(PercentText.grouped(c.jobs)) jobs")
+                    try redis.idle(milliseconds: 200)
+                }
+                enqueueEnd = EventLoop.monotonicMilliseconds()
+                log?("  enqueued in \(PercentText.fixed(Double(enqueueEnd! - enqueueStart) / 1000, digits: 2)) s; starting \(c.workers) worker\(c.workers == 1 ? "" : "s")")
+                clockStart = EventLoop.monotonicMilliseconds()
+                metricsAddresses = try startWorkers(executable: executable, redisURL: redisURL, apns: apns)
+            }
+        }
+        let sampler = ProcessSampler(pids: workerProcesses.map(\.pid))
+
+        // Watch until every job has an outcome.
+        let deadline = clockStart + Int64(c.timeoutSeconds) * 1000
+        var clockEnd: Int64 = 0
+        var timedOut = false
+        var lastSample: Int64 = 0
+        var lastProgress = clockStart
+        var lastAccepted = 0
+        var producerFinished = false
+        var producerBehind: Int64 = 0
+        while true {
+            let now = EventLoop.monotonicMilliseconds()
+            if !producerFinished {
+                let state = producerState(producer, job)
+                if let error = state.error { throw LoadGenError("enqueueing failed: \(error)") }
+                producerFinished = state.finished
+                producerBehind = state.maxBehindMicros
+                if producerFinished && enqueueEnd == nil { enqueueEnd = now }
+            }
+            if now - lastSample >= 200 {
+                sampler.sample()
+                lastSample = now
+                try checkWorkersAlive()
+            }
+            if producerFinished {
+                let replies = try redis.pipeline([["XLEN", .text(keys.jobs)], ["ZCARD", .text(keys.retry)]])
+                if replies.allSatisfy({ $0.integer == 0 }) {
+                    clockEnd = EventLoop.monotonicMilliseconds()
+                    break
+                }
+            }
+            if now >= deadline {
+                timedOut = true
+                clockEnd = now
+                break
+            }
+            if let progress, now - lastProgress >= 500 {
+                let stats = try inspector.stats(keys: keys)
+                let accepted = (emulatorStatistics(apns.stats)?.since(emulatorBaseline).acceptedUnique) ?? lastAccepted
+                let rate = Double(accepted - lastAccepted) * 1000 / Double(max(1, now - lastProgress))
+                lastAccepted = accepted
+                lastProgress = now
+                progress("\(PercentText.fixed(Double(now - clockStart) / 1000, digits: 1)) s  \(PercentText.grouped(Int(rate))) accepted/s  "
+                    + "accepted \(PercentText.grouped(accepted))  dead letters \(PercentText.grouped(stats.deadLetters - before.deadLetters))  "
+                    + "dead tokens \(PercentText.grouped(stats.feedback - before.feedback))  queue \(PercentText.grouped(stats.depth))  "
+                    + "pending \(PercentText.grouped(stats.group?.pending ?? 0))  retry \(PercentText.grouped(stats.retrySize))")
+            }
+            try redis.idle(milliseconds: 50)
+        }
+        sampler.sample()
+        conditions.loadAverageAtEnd = RunConditions.loadAverage()
+
+        // Count every outcome; the workers publish their counters once a second, so give the
+        // superseded count up to three seconds to catch up.
+        var report = LoadReport()
+        report.jobs = c.jobs
+        report.notifications = c.notifications
+        report.timedOut = timedOut
+        report.wallSeconds = Double(clockEnd - clockStart) / 1000
+        report.enqueueSeconds = Double((enqueueEnd ?? clockEnd) - enqueueStart) / 1000
+        report.supersededKnown = !(c.attachWorkers && metricsAddresses.isEmpty)
+        let countingDeadline = EventLoop.monotonicMilliseconds() + 3_000
+        while true {
+            let emulator = emulatorStatistics(apns.stats)?.since(emulatorBaseline) ?? EmulatorStatistics()
+            let stats = try inspector.stats(keys: keys)
+            report.accepted = emulator.acceptedUnique
+            report.duplicated = emulator.duplicates
+            report.rejectedByAPNs = emulator.rejectedTotal
+            report.latency = emulator.latency
+            report.deadTokens = stats.feedback - before.feedback
+            report.deadLettered = c.fanout == 1
+                ? stats.deadLetters - before.deadLetters
+                : try deadLetteredNotifications(redis, key: keys.dead, after: deadBaselineID)
+            report.superseded = supersededCount(metricsAddresses)
+            if report.lost <= 0 || timedOut || EventLoop.monotonicMilliseconds() >= countingDeadline { break }
+            try redis.idle(milliseconds: 250)
+        }
+        if c.isSteady { report.producerMaxBehindMilliseconds = Double(producerBehind) / 1000 }
+        if !c.attachWorkers {
+            report.workerCPUSeconds = sampler.totalCPUSeconds
+            report.peakWorkerHWMBytes = sampler.peakHWMBytes
+            report.maxWorkerRSSBytes = sampler.maxRSSBytes
+        }
+        progress?("")
+
+        conditions.mode = c.isSteady
+            ? "steady, \(PercentText.trimmed(c.rate!, digits: 1)) jobs/s paced by a 1 ms timer (latency counted from each job's scheduled time)"
+            : c.attachWorkers ? "drain, attached workers (clock from the first XADD)" : "drain (all jobs enqueued first; clock from the workers' start)"
+        conditions.workers = c.attachWorkers
+            ? "attached (already running), /metrics: \(c.workerMetrics.isEmpty ? "not given" : c.workerMetrics.joined(separator: ", "))"
+            : "\(c.workers) process\(c.workers == 1 ? "" : "es") × \(c.threads) thread\(c.threads == 1 ? "" : "s")"
+        conditions.threads = c.threads
+        conditions.connections = c.connections
+        conditions.maxStreams = c.maxStreams
+        conditions.batch = c.batch.map(String.init) ?? "worker default (512)"
+        conditions.payloadBytes = c.payloadBytes
+        conditions.tokens = c.tokens
+        conditions.fanout = c.fanout
+        conditions.collapseRatio = c.collapseRatio
+        conditions.pushTypes = c.pushTypes.description
+        conditions.emulatorLatencyMilliseconds = c.latencyMilliseconds
+        conditions.faults = c.faultsDescription
+        report.conditions = conditions
+        return report
+    }
+
+    // MARK: Redis
+
+    private func startRedis() throws -> (RedisEndpoint, String) {
+        if let url = configuration.redisURL {
+            do { return (try RedisEndpoint(url: url), url) } catch { throw LoadGenError("\(error)") }
+        }
+        let port = try freeLocalPort()
+        let process = try ChildProcess(
+            ["redis-server", "--port", String(port), "--bind", "127.0.0.1", "--dir", directory, "--save", "", "--appendonly", "no"],
+            logFile: directory + "/redis.log")
+        children.append(process)
+        log?("  redis-server on 127.0.0.1:\(port) in \(directory)")
+        return (RedisEndpoint(host: "127.0.0.1", port: port), "redis://127.0.0.1:\(port)")
+    }
+
+    private func waitForRedis(_ redis: BlockingRedisClient) throws {
+        let deadline = EventLoop.monotonicMilliseconds() + 10_000
+        while true {
+            do {
+                _ = try redis.run(["PING"], timeoutMilliseconds: 1_000)
+                return
+            } catch QueueToolError.interrupted {
+                throw QueueToolError.interrupted
+            } catch {
+                if EventLoop.monotonicMilliseconds() > deadline { throw LoadGenError("Redis at \(redis.endpoint) did not answer: \(error)") }
+                try redis.idle(milliseconds: 20)
+                redis.reconnect()
+            }
+        }
+    }
+
+    private func lastEntryID(_ redis: BlockingRedisClient, key: String) throws -> String {
+        let reply = try redis.run(["XREVRANGE", .text(key), "+", "-", "COUNT", "1"])
+        if case .array(let entries) = reply, case .array(let entry)? = entries.first, let id = entry.first?.string { return id }
+        return "0-0"
+    }
+
+    /// Notifications in the dead-letter entries written after `after` (an entry holds one token,
+    /// several, or a whole malformed job).
+    private func deadLetteredNotifications(_ redis: BlockingRedisClient, key: String, after: String) throws -> Int {
+        var cursor = after
+        var total = 0
+        while true {
+            let reply = try redis.run(["XRANGE", .text(key), .text("(" + cursor), "+", "COUNT", "1000"])
+            guard case .array(let entries) = reply, !entries.isEmpty else { return total }
+            for case .array(let entry) in entries {
+                guard entry.count == 2, let id = entry[0].string, case .array(let fields) = entry[1] else { continue }
+                cursor = id
+                var tokens = 1
+                var index = 0
+                while index + 1 < fields.count {
+                    if fields[index].string == "tokens", case .bulk(let value) = fields[index + 1] {
+                        tokens = value.reduce(1) { $1 == UInt8(ascii: ",") ? $0 + 1 : $0 }
+                    }
+                    index += 2
+                }
+                total += tokens
+            }
+        }
+    }
+
+    static func redisVersion(_ info: String) -> String? {
+        for line in info.split(whereSeparator: \.isNewline) where line.hasPrefix("redis_version:") {
+            return String(line.dropFirst("redis_version:".count))
+        }
+        return nil
+    }
+
+    // MARK: the emulator
+
+    /// Where APNs is, how workers trust it, and where its plain-HTTP stats are.
+    struct APNsTarget: CustomStringConvertible {
+        var host: String
+        var port: Int
+        var caFile: String?
+        var stats: (host: String, port: Int)
+        var started: Bool
+        var description: String {
+            started ? "private herald mock-apns on \(host):\(port) (TLS, HTTP/2, ES256 tokens verified)" : "attached APNs at \(host):\(port)"
+        }
+    }
+
+    private func startEmulator(executable: String) throws -> APNsTarget {
+        let c = configuration
+        if let host = c.apnsHost, let port = c.apnsPort {
+            guard let stats = c.apnsStats.flatMap(LocalHTTPClient.address) else { throw LoadGenError("--apns-stats must be HOST:PORT") }
+            return APNsTarget(host: host, port: port, caFile: c.caFile, stats: stats, started: false)
+        }
+        let keyFile = directory + "/AuthKey_\(keyID).p8"
+        try LoadRun.writeFile(keyFile, ES256PrivateKey.generateP8(), mode: 0o600)
+        let certificate = directory + "/mock-apns.pem"
+        var arguments = [executable, "mock-apns", "--host", "127.0.0.1", "--port", "0", "--cert-out", certificate,
+                         "--jwt-key", keyFile, "--team-id", teamID, "--key-id", keyID, "--bundle-id", c.bundleID,
+                         "--max-streams", String(c.maxStreams), "--latency-ms", String(c.latencyMilliseconds),
+                         "--measure-latency", "--stats-port", "0", "--log-level", "warning"]
+        for error in c.errors { arguments += ["--error", error] }
+        if let goAway = c.goAwayAfter { arguments += ["--goaway-after", String(goAway)] }
+        if let prefix = c.unregisteredPrefix { arguments += ["--unregistered-prefix", prefix] }
+        let process = try ChildProcess(arguments, logFile: directory + "/mock-apns.log")
+        children.append(process)
+        let listening = try process.waitForLine(startingWith: "listening on ")
+        let stats = try process.waitForLine(startingWith: "stats on ")
+        guard let apns = LocalHTTPClient.address(listening), let statsAddress = LocalHTTPClient.address(stats) else {
+            throw LoadGenError("the emulator said \"listening on \(listening)\", which is not HOST:PORT")
+        }
+        log?("  APNs emulator on \(apns.host):\(apns.port) (TLS, HTTP/2, ES256 tokens verified, latency \(c.latencyMilliseconds) ms)")
+        return APNsTarget(host: apns.host, port: apns.port, caFile: certificate, stats: statsAddress, started: true)
+    }
+
+    private func emulatorStatistics(_ address: (host: String, port: Int)) -> EmulatorStatistics? {
+        guard let response = LocalHTTPClient.get(host: address.host, port: address.port, path: "/_herald/stats"),
+              response.status == 200 else { return nil }
+        return EmulatorStatistics(json: response.body)
+    }
+
+    // MARK: workers
+
+    /// Starts the worker processes; returns their metrics addresses.
+    private func startWorkers(executable: String, redisURL: String, apns: APNsTarget) throws -> [(host: String, port: Int)] {
+        let c = configuration
+        var environment = ["HERALD_CONFIG": ""]
+        if apns.started {
+            environment["HERALD_TEAM_ID"] = teamID
+            environment["HERALD_KEY_ID"] = keyID
+            environment["HERALD_KEY_FILE"] = directory + "/AuthKey_\(keyID).p8"
+            environment["HERALD_BUNDLE_ID"] = c.bundleID
+        }
+        var addresses: [(host: String, port: Int)] = []
+        for index in 0..<c.workers {
+            let metricsPort = try freeLocalPort()
+            var arguments = [executable, "worker", "--redis", redisURL, "--queue", c.queue, "--apns-host", apns.host,
+                             "--apns-port", String(apns.port), "--connections", String(c.connections),
+                             "--max-streams", String(c.maxStreams), "--threads", String(c.threads),
+                             "--metrics-port", String(metricsPort), "--metrics-host", "127.0.0.1", "--log-level", "warning"]
+            if let caFile = apns.caFile { arguments += ["--ca-file", caFile] }
+            if let batch = c.batch { arguments += ["--batch", String(batch)] }
+            let process = try ChildProcess(arguments, logFile: directory + "/worker-\(index).log", environment: environment)
+            children.append(process)
+            workerProcesses.append(process)
+            addresses.append(("127.0.0.1", metricsPort))
+        }
+        return addresses
+    }
+
+    /// Steady mode measures latency under load, so the workers must be connected first.
+    private func waitUntilReady(_ addresses: [(host: String, port: Int)], redis: BlockingRedisClient) throws {
+        let deadline = EventLoop.monotonicMilliseconds() + 30_000
+        for address in addresses {
+            while LocalHTTPClient.get(host: address.host, port: address.port, path: "/readyz")?.status != 200 {
+                try checkWorkersAlive()
+                if EventLoop.monotonicMilliseconds() > deadline { throw LoadGenError("a worker was not ready within 30 s (see \(directory))") }
+                try redis.idle(milliseconds: 20)
+            }
+        }
+        log?("  \(addresses.count) worker\(addresses.count == 1 ? "" : "s") ready")
+    }
+
+    private func checkWorkersAlive() throws {
+        for process in workerProcesses where !process.isRunning {
+            let tail = ChildProcess.lines(ofFile: process.logFile).suffix(8).joined(separator: "\n  ")
+            throw LoadGenError("worker \(process.pid) exited during the run; its log \(process.logFile) ends:\n  \(tail)")
+        }
+    }
+
+    private func supersededCount(_ addresses: [(host: String, port: Int)]) -> Int {
+        var total = 0.0
+        for address in addresses {
+            guard let response = LocalHTTPClient.get(host: address.host, port: address.port, path: "/metrics"), response.status == 200 else { continue }
+            total += PrometheusScrape.sum(response.text, metric: "herald_notifications_total", labels: ["outcome=\"superseded\""])
+        }
+        return Int(total)
+    }
+
+    /// Workers first (they drain), then the emulator, then Redis.
+    private func stopEverything() {
+        for process in children.reversed() { process.terminate() }
+        children.removeAll()
+        workerProcesses.removeAll()
+    }
+
+    // MARK: the producer
+
+    private func startProducer(_ thread: EventLoopThread, _ box: ProducerBox, endpoint: RedisEndpoint, keys: QueueKeys) {
+        let jobs = configuration.jobs
+        let rate = configuration.rate
+        thread.submitAndWait {
+            let connection = RedisConnection(loop: thread.loop, endpoint: endpoint)
+            let factory = box.factory
+            let enqueuer = Enqueuer(loop: thread.loop, connection: connection, keys: keys, count: jobs, ratePerSecond: rate) { index, micros in
+                factory.fields(job: index, scheduledMicros: micros)
+            }
+            enqueuer.stopsLoopWhenFinished = false
+            connection.delegate = enqueuer
+            box.enqueuer = enqueuer
+            connection.connect()
+        }
+    }
+
+    private func producerState(_ thread: EventLoopThread, _ box: ProducerBox) -> ProducerBox.State {
+        thread.submitAndWait {
+            guard let enqueuer = box.enqueuer else { return ProducerBox.State(added: 0, finished: false, error: nil, maxBehindMicros: 0) }
+            return ProducerBox.State(added: enqueuer.added, finished: enqueuer.isFinished, error: enqueuer.error,
+                                     maxBehindMicros: enqueuer.maxBehindMicros)
+        }
+    }
+
+    // MARK: files
+
+    static func makeTemporaryDirectory() throws -> String {
+        var template = Array("/tmp/herald-loadgen-XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw LoadGenError("cannot create a temporary directory: \(String(cString: strerror(errno)))") }
+        return String(cString: made)
+    }
+
+    /// Removes the run's directory and the files in it (it has no subdirectories).
+    static func removeDirectory(_ path: String) {
+        if let handle = opendir(path) {
+            while let entry = readdir(handle) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+                if name != "." && name != ".." { unlink(path + "/" + name) }
+            }
+            closedir(handle)
+        }
+        rmdir(path)
+    }
+
+    static func writeFile(_ path: String, _ text: String, mode: mode_t) throws {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
+        guard fd >= 0 else { throw LoadGenError("cannot write \(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var bytes = Array(text.utf8)[...]
+        while !bytes.isEmpty {
+            let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            if written < 0 && errno == EINTR { continue }
+            guard written > 0 else { throw LoadGenError("cannot write \(path): \(String(cString: strerror(errno)))") }
+            bytes = bytes.dropFirst(written)
+        }
+    }
+}
+
+/// The producer's state, touched only on its loop thread.
+final class ProducerBox: @unchecked Sendable {
+    struct State: Sendable {
+        var added: Int
+        var finished: Bool
+        var error: String?
+        var maxBehindMicros: Int64
+    }
+
+    let factory: JobFactory
+    var enqueuer: Enqueuer?
+
+    init(factory: JobFactory) { self.factory = factory }
+}

@@ -1,0 +1,139 @@
+import Glibc
+import Transport
+
+/// Adds jobs to a queue's stream with pipelined XADDs: `herald enqueue --count`, the demo and the
+/// load generator.
+///
+/// As fast as Redis answers (a window of `window` unanswered XADDs), or paced at `ratePerSecond`
+/// by a 1 ms timer. Each job's fields come from `job(index, scheduledMicros)`, where
+/// `scheduledMicros` is when the job was due (paced) or is being sent (unpaced), in µs since the
+/// epoch: the load generator stamps it into the payload, so a producer that falls behind its
+/// schedule shows up in the measured latency instead of hiding it. Loop-confined; the loop stops
+/// when every job was added or Redis refused one.
+public final class Enqueuer: RedisConnectionDelegate {
+    public typealias Fields = [(name: String, value: [UInt8])]
+
+    public let loop: EventLoop
+    public let connection: RedisConnection
+    public let keys: QueueKeys
+    public let count: Int
+    public let ratePerSecond: Double?
+    public let window: Int
+    private let job: (_ index: Int, _ scheduledMicros: Int64) -> Fields
+    private let clock: () -> Int64
+    public private(set) var sent = 0
+    public private(set) var added = 0
+    public private(set) var firstID: String?
+    public private(set) var error: String?
+    /// When paced: the furthest the producer fell behind its schedule, µs.
+    public private(set) var maxBehindMicros: Int64 = 0
+    private var startMicros: Int64 = 0
+    /// Called on the loop once the last job was added (or the run failed).
+    public var onFinished: (() -> Void)?
+    /// Stop the loop when finished (a command's private loop); false on a shared loop thread.
+    public var stopsLoopWhenFinished = true
+    public private(set) var isFinished = false
+
+    /// - Parameters:
+    ///   - clock: µs since the epoch (tests pass a fake one).
+    public init(loop: EventLoop, connection: RedisConnection, keys: QueueKeys, count: Int, ratePerSecond: Double? = nil,
+                window: Int = 4096, clock: @escaping () -> Int64 = Enqueuer.wallClockMicros,
+                job: @escaping (_ index: Int, _ scheduledMicros: Int64) -> Fields) {
+        self.loop = loop
+        self.connection = connection
+        self.keys = keys
+        self.count = count
+        self.ratePerSecond = ratePerSecond
+        self.window = window
+        self.clock = clock
+        self.job = job
+    }
+
+    /// The same fields `count` times; with `distinctTokens`, the `token` field's last 8 hex digits
+    /// become the job's index modulo `distinctTokens`.
+    public convenience init(loop: EventLoop, connection: RedisConnection, keys: QueueKeys, fields: Fields, count: Int,
+                            baseToken: String?, distinctTokens: Int?) {
+        self.init(loop: loop, connection: connection, keys: keys, count: count) { index, _ in
+            guard let baseToken, let distinctTokens, distinctTokens > 1 else { return fields }
+            return fields.map { field in
+                field.name == JobField.token ? (field.name, Array(Enqueuer.varied(baseToken, index % distinctTokens).utf8)) : field
+            }
+        }
+    }
+
+    public func redisConnectionIsReady(_ connection: RedisConnection) {
+        startMicros = clock()
+        if ratePerSecond == nil { fill() } else { pace() }
+    }
+
+    public func redisConnectionClosed(_ connection: RedisConnection, error: RedisError) {
+        if added < count, self.error == nil { self.error = error.description }
+        finish()
+    }
+
+    private func finish() {
+        guard !isFinished else { return }
+        isFinished = true
+        onFinished?()
+        if stopsLoopWhenFinished { loop.stop() }
+    }
+
+    /// Unpaced: keep `window` XADDs in flight.
+    private func fill() {
+        while !isFinished && sent < count && sent - added < window {
+            add(index: sent, scheduledMicros: clock())
+        }
+    }
+
+    /// Paced: send every job due by now, then look again in a millisecond.
+    private func pace() {
+        guard !isFinished, let rate = ratePerSecond else { return }
+        let now = clock()
+        let due = min(count, Int(Double(now - startMicros) * rate / 1_000_000) + 1)
+        while sent < due {
+            let scheduled = startMicros + Int64(Double(sent) * 1_000_000 / rate)
+            maxBehindMicros = max(maxBehindMicros, now - scheduled)
+            add(index: sent, scheduledMicros: scheduled)
+        }
+        if sent < count { loop.schedule(afterMilliseconds: 1) { [weak self] in self?.pace() } }
+    }
+
+    private func add(index: Int, scheduledMicros: Int64) {
+        sent += 1
+        let fields = job(index, scheduledMicros)
+        connection.send(argumentCount: 3 + fields.count * 2, { builder in
+            builder.add("XADD"); builder.add(keys.jobs); builder.add("*")
+            for field in fields {
+                builder.add(field.name)
+                builder.add(field.value)
+            }
+        }) { [self] result in
+            switch result {
+            case .success(.error(let message)):
+                error = "Redis refused the job: \(message)"
+                finish()
+            case .success(let reply):
+                if firstID == nil { firstID = reply.string }
+                added += 1
+                if added == count { finish() } else if ratePerSecond == nil { fill() }
+            case .failure(let failure):
+                if error == nil { error = failure.description }
+                finish()
+            }
+        }
+    }
+
+    /// `token` with its last 8 hex digits replaced by `index`.
+    public static func varied(_ token: String, _ index: Int) -> String {
+        let hex = String(index, radix: 16)
+        let suffix = String(repeating: "0", count: max(0, 8 - hex.count)) + hex
+        return String(token.dropLast(min(8, token.count))) + suffix.suffix(8)
+    }
+
+    /// µs since the epoch.
+    public static func wallClockMicros() -> Int64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return Int64(ts.tv_sec) * 1_000_000 + Int64(ts.tv_nsec) / 1000
+    }
+}

@@ -1,0 +1,147 @@
+import ArgumentParser
+import Glibc
+import LoadGen
+import MockAPNs
+import Queue
+
+struct LoadGenCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "loadgen",
+        abstract: "Measure Herald: throughput, end-to-end latency, CPU and memory, with the exact conditions.",
+        discussion: """
+            Starts a private redis-server (or --redis), the APNs emulator (or --apns-host) and --workers \
+            worker processes (or --attach-workers), enqueues the load, waits until every notification has \
+            an outcome, stops what it started and reports. Drain mode (default) enqueues everything first \
+            and starts the clock as the workers start; --rate paces the jobs instead (steady mode). \
+            Latency runs from each job's enqueue time (stamped into the payload as "t") to the emulator's \
+            answer, recorded in an HdrHistogram. Progress shows on a terminal; in a pipe only the report.
+            """)
+
+    @Option(help: "Notifications to send (jobs × --fanout).") var notifications = 100_000
+    @Option(help: "Distinct device tokens.") var tokens = 10_000
+    @Option(name: .customLong("payload-bytes"), help: "Payload size in bytes (valid JSON, padded exactly).") var payloadBytes = 256
+    @Option(help: "Tokens per job (fan-out).") var fanout = 1
+    @Option(name: .customLong("collapse-ratio"), help: "Share of jobs that reuse the token and collapse id of the job before (0…1).") var collapseRatio = 0.0
+    @Option(name: .customLong("push-types"), help: "Push-type mix, e.g. alert=0.9,background=0.1.") var pushTypes = "alert=1"
+    @Option(help: "Jobs per second (steady mode); without it, drain mode.") var rate: Double?
+    @Option(help: "Worker processes to start.") var workers = 1
+    @Option(help: "Event loops per worker process.") var threads = 1
+    @Option(help: "HTTP/2 connections per worker loop.") var connections = 4
+    @Option(name: .customLong("max-streams"), help: "Concurrent streams per connection (worker and emulator).") var maxStreams = 1000
+    @Option(help: "Worker XREADGROUP batch (default: the worker's).") var batch: Int?
+    @Option(name: .customLong("latency-ms"), help: "Emulated APNs round trip, ms.") var latencyMilliseconds = 0
+    @Option(name: .customLong("error"), help: "Emulator fault STATUS:REASON:RATE, e.g. 503:ServiceUnavailable:0.01 (repeatable).") var errors: [String] = []
+    @Option(name: .customLong("goaway-after"), help: "Emulator sends GOAWAY after this many streams per connection.") var goAwayAfter: Int?
+    @Option(name: .customLong("unregistered-prefix"), help: "Tokens with this hex prefix are 410 Unregistered; --unregistered-share of the tokens get it.") var unregisteredPrefix: String?
+    @Option(name: .customLong("unregistered-share"), help: "Share of tokens with --unregistered-prefix (default 0.05).") var unregisteredShare = 0.05
+    @Option(help: "Seconds to wait for every outcome.") var timeout = 600
+    @Option(help: "Seed for tokens, collapse and push-type draws.") var seed: UInt64 = 1
+    @Option(help: "Attach to this Redis instead of starting one (redis://…).") var redis: String?
+    @Option(help: "Queue name (must be empty).") var queue = "default"
+    @Option(name: .customLong("apns-host"), help: "Attach to this APNs emulator instead of starting one.") var apnsHost: String?
+    @Option(name: .customLong("apns-port")) var apnsPort: Int?
+    @Option(name: .customLong("ca-file"), help: "CA the workers trust for --apns-host.") var caFile: String?
+    @Option(name: .customLong("apns-stats"), help: "HOST:PORT of the attached emulator's --stats-port.") var apnsStats: String?
+    @Flag(name: .customLong("attach-workers"), help: "Measure workers already running: only enqueue and watch.") var attachWorkers = false
+    @Option(name: .customLong("worker-metrics"), help: "HOST:PORT of an attached worker's /metrics (repeatable; for the superseded count).") var workerMetrics: [String] = []
+    @Option(help: "Write the report as JSON here.") var json: String?
+    @Option(help: "Write a latency-percentile chart (SVG) here.") var plot: String?
+    @Flag(name: .customLong("keep-files"), help: "Keep the temporary directory (logs, key, certificate).") var keepFiles = false
+
+    func run() throws {
+        var configuration = LoadGenConfiguration()
+        configuration.notifications = notifications
+        configuration.tokens = tokens
+        configuration.payloadBytes = payloadBytes
+        configuration.fanout = fanout
+        configuration.collapseRatio = collapseRatio
+        configuration.pushTypes = try PushTypeMix(parsing: pushTypes)
+        configuration.rate = rate
+        configuration.workers = workers
+        configuration.threads = threads
+        configuration.connections = connections
+        configuration.maxStreams = maxStreams
+        configuration.batch = batch
+        configuration.latencyMilliseconds = latencyMilliseconds
+        configuration.errors = errors
+        configuration.goAwayAfter = goAwayAfter
+        configuration.unregisteredPrefix = unregisteredPrefix?.lowercased()
+        configuration.unregisteredShare = unregisteredShare
+        configuration.timeoutSeconds = timeout
+        configuration.seed = seed
+        configuration.redisURL = redis
+        configuration.queue = queue
+        configuration.apnsHost = apnsHost
+        configuration.apnsPort = apnsPort
+        configuration.caFile = caFile
+        configuration.apnsStats = apnsStats
+        configuration.attachWorkers = attachWorkers
+        configuration.workerMetrics = workerMetrics
+        configuration.keepFiles = keepFiles
+        configuration.heraldVersion = HeraldVersion.string
+        configuration.swiftVersion = HeraldVersion.swift
+        try configuration.validate()
+        for error in errors where InjectedError(argument: error) == nil {
+            throw ValidationError("--error takes STATUS:REASON:RATE with a rate from 0 to 1, e.g. 503:ServiceUnavailable:0.01; got \(error)")
+        }
+
+        let report = try LoadGenCommand.execute(configuration, terminal: isatty(1) == 1)
+        print(report.text())
+        if let json { try writeFile(json, report.json() + "\n", mode: 0o644) }
+        if let plot {
+            guard let latency = report.latency else { throw ValidationError("no latency was measured, so there is no plot") }
+            try writeFile(plot, PercentilePlot.svg(latency: latency, title: "Herald end-to-end latency (enqueue → APNs answer)",
+                                                   subtitle: LoadGenCommand.plotSubtitle(report)), mode: 0o644)
+        }
+        if !report.isClean { throw ExitCode(2) }
+    }
+
+    /// Runs `configuration`, with milestones and a progress line when stdout is a terminal.
+    static func execute(_ configuration: LoadGenConfiguration, terminal: Bool, milestones: Bool? = nil) throws -> LoadReport {
+        let run = LoadRun(configuration: configuration)
+        if milestones ?? terminal {
+            run.log = { line in clearProgress(terminal); print(line); fflush(nil) }
+        }
+        if terminal {
+            run.progress = { line in
+                print("\r\u{1B}[2K" + line, terminator: "")
+                fflush(nil)
+            }
+        }
+        do {
+            let report = try run.run()
+            clearProgress(terminal)
+            return report
+        } catch QueueToolError.interrupted {
+            clearProgress(terminal)
+            print("interrupted: everything loadgen started was stopped")
+            throw ExitCode(130)
+        } catch let error as LoadGenError {
+            clearProgress(terminal)
+            throw ValidationError(error.description)
+        }
+    }
+
+    static func clearProgress(_ terminal: Bool) {
+        if terminal { print("\r\u{1B}[2K", terminator: ""); fflush(nil) }
+    }
+
+    /// Two lines of conditions under the plot's title.
+    static func plotSubtitle(_ report: LoadReport) -> [String] {
+        let c = report.conditions
+        let rate = PercentText.grouped(Int(report.notificationsPerSecond.rounded()))
+        return [
+            "\(PercentText.grouped(report.notifications)) notifications, \(c.payloadBytes)-byte payloads, \(c.workers), \(c.connections) connections × \(c.maxStreams) streams, emulator latency \(c.emulatorLatencyMilliseconds) ms, faults: \(c.faults)",
+            "\(c.mode.prefix { $0 != "(" }.trimmingCharacters(in: " ,")): \(rate) notifications/s · \(c.cores) cores, \(c.cpuModel) · herald \(c.heraldVersion), Swift \(c.swiftVersion), git \(c.gitCommit) · \(c.date)",
+        ]
+    }
+}
+
+extension StringProtocol {
+    func trimmingCharacters(in set: String) -> String {
+        var text = Substring(self)
+        while let first = text.first, set.contains(first) { text = text.dropFirst() }
+        while let last = text.last, set.contains(last) { text = text.dropLast() }
+        return String(text)
+    }
+}
