@@ -20,6 +20,9 @@ public final class WorkerMetrics {
     private let samplesQueue: Bool
     private var timer: EventLoop.TimerID?
     private var tick = 0
+    /// The publication that samples the queue next (loop 0 only).
+    private var nextSampleTick = 1
+    static let sampleEveryTicks = 5
 
     private var lastCounters = WorkerCounters()
     /// What each app's pool had reported at the last publication.
@@ -53,7 +56,28 @@ public final class WorkerMetrics {
         }
         metrics.histograms.declare(name: "herald_end_to_end_latency_seconds", labels: [("app", app), ("queue", queue)],
                                    help: "Time from enqueue (stream entry id) to APNs accepting the notification.")
+        declareCounters()
     }
+
+    /// Makes every counter with a fixed label set now, so it is exposed at 0 before its first
+    /// event: a series that appears only with its first increment hides that increment from
+    /// `rate()` and `increase()`, and leaves the dashboard's panels and alerts without data.
+    private func declareCounters() {
+        let outcome = [("app", app), ("queue", queue)]
+        for name in WorkerMetrics.outcomes { _ = counter("herald_notifications_total", outcome + [("outcome", name)]) }
+        let q = [("queue", queue)]
+        for name in ["herald_jobs_read_total", "herald_jobs_reclaimed_total", "herald_jobs_superseded_total",
+                     "herald_jobs_retried_total", "herald_redis_errors_total"] {
+            _ = counter(name, q)
+        }
+        for lane in worker.lanes {
+            for event in WorkerMetrics.connectionEvents { _ = counter("herald_connection_events_total", [("app", lane.name), ("event", event)]) }
+            _ = counter("herald_jwt_mints_total", [("app", lane.name)])
+        }
+    }
+
+    static let outcomes = ["accepted", "dead_token", "dead_lettered", "retried", "superseded", "handed_back"]
+    static let connectionEvents = ["opened", "failed", "goaway", "reset", "ping_timeout"]
 
     /// Starts publishing every `intervalMilliseconds` on the worker's loop.
     public func start(intervalMilliseconds: Int64 = 1_000) {
@@ -123,7 +147,13 @@ public final class WorkerMetrics {
         }
 
         tick += 1
-        if samplesQueue && tick % 5 == 1 { sampleQueue() }
+        if samplesQueue && tick >= nextSampleTick {
+            // Until Redis answers (the worker is starting or Redis is down) the next second tries
+            // again; then every fifth. Waiting five ticks after a refused first try left the queue
+            // gauges absent for the worker's first five seconds.
+            nextSampleTick = tick + 1
+            sampleQueue()
+        }
     }
 
     private func publishPool(_ lane: AppLane, last: inout PoolReading) {
@@ -141,7 +171,7 @@ public final class WorkerMetrics {
         metrics.histograms.add(pool.requestDuration.subtracting(last.duration), name: "herald_apns_request_duration_seconds", labels: [("app", app)])
         last.duration = pool.requestDuration
         let events = [pool.connectionsOpened, pool.connectionFailures, pool.goAwaysReceived, pool.connectionResets, pool.pingTimeouts]
-        for (index, name) in ["opened", "failed", "goaway", "reset", "ping_timeout"].enumerated() {
+        for (index, name) in WorkerMetrics.connectionEvents.enumerated() {
             add("herald_connection_events_total", [("app", app), ("event", name)], events[index] - last.events[index])
         }
         last.events = events
@@ -173,6 +203,7 @@ public final class WorkerMetrics {
     private func sampleQueue() {
         worker.sampleQueue { [weak self] sample in
             guard let self, let sample else { return }
+            self.nextSampleTick = self.tick + WorkerMetrics.sampleEveryTicks
             let q = [("queue", self.queue)]
             self.gauge("herald_queue_depth", q).record(sample.depth)
             self.gauge("herald_queue_pending", q).record(sample.pending)
