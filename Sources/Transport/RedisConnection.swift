@@ -319,8 +319,10 @@ public final class RedisConnection: IOHandler, TickObserver {
     private func flush() {
         guard fd >= 0, !connecting else { return }
         while outputOffset < output.count {
+            // MSG_NOSIGNAL: a Redis that went away (restart, kill) is an error to handle here,
+            // not a SIGPIPE that ends the whole process.
             let written = output.withUnsafeBytes { bytes in
-                Glibc.write(fd, bytes.baseAddress! + outputOffset, bytes.count - outputOffset)
+                Glibc.send(fd, bytes.baseAddress! + outputOffset, bytes.count - outputOffset, Int32(MSG_NOSIGNAL))
             }
             if written > 0 {
                 outputOffset += written
