@@ -361,6 +361,10 @@ final class WorkerBed: @unchecked Sendable {
     private(set) var processes: [WorkerProcess] = []
 
     init(appendOnly: Bool, emulator configure: @Sendable (inout MockAPNsConfiguration) -> Void) async throws {
+        // Peers here close connections mid-write on purpose (GOAWAY, 503, kills, restarts); a TLS
+        // write to such a socket must be an error the code handles, not a SIGPIPE that ends the
+        // test process.
+        signal(SIGPIPE, SIG_IGN)
         redis = try RedisServer(appendOnly: appendOnly)
         client = try RedisClient(endpoint: redis.endpoint)
         emulator = try await EmulatorHost(configure)
