@@ -106,38 +106,58 @@ extension DeadLettersCommand {
             let keys = queueOptions.keys()
             let redis = try queueOptions.blockingClient()
             let tools = DeadLetterTools(redis: redis, keys: keys)
-            let found = try tools.select(try selection.filter(), limit: limit)
-            for id in found.missing { QueueToolOutput.note("not found in \(keys.dead): \(id)") }
             let report = DeadLetterReport(keys: keys, now: 0, showTokens: showTokens)
-            let movable = found.letters.filter { !$0.jobFields.isEmpty }
-            for letter in found.letters where letter.jobFields.isEmpty {
-                QueueToolOutput.note("skipped \(letter.id): it holds no job fields to requeue")
-            }
-            if movable.isEmpty {
-                print("no matching dead letters in \(keys.dead); nothing to requeue")
-                return
-            }
-            if dryRun {
-                for letter in movable {
-                    print("would requeue \(letter.id) [\(letter.reason)] to \(keys.jobs): \(report.fieldSummary(letter.jobFields))")
-                    if let problem = DeadLetterReport.validationProblem(letter) { print("  note: \(problem)") }
-                }
-                print("dry run: would requeue \(movable.count) dead letter\(movable.count == 1 ? "" : "s") to \(keys.jobs)"
-                      + (found.more ? " (more match beyond --limit)" : "") + "; nothing changed")
-                return
-            }
-            let results = try tools.requeue(movable)
+            // Streamed a hundred at a time: a requeue may cover the whole (million-entry) stream.
+            var batch: [DeadLetter] = []
+            var matched = 0
             var moved = 0
-            for (letter, newID) in zip(movable, results) {
-                if let newID {
-                    moved += 1
-                    print("requeued \(letter.id) [\(letter.reason)] -> \(keys.jobs) \(newID) (\(report.tokenSummary(letter)))")
-                    if let problem = DeadLetterReport.validationProblem(letter) { print("  note: \(problem)") }
+            var more = false
+            func flush() throws {
+                guard !batch.isEmpty else { return }
+                if dryRun {
+                    for letter in batch {
+                        print("would requeue \(letter.id) [\(letter.reason)] to \(keys.jobs): \(report.fieldSummary(letter.jobFields))")
+                        if let problem = DeadLetterReport.validationProblem(letter) { print("  note: \(problem)") }
+                        moved += 1
+                    }
                 } else {
-                    print("skipped \(letter.id): no longer in \(keys.dead) (requeued or purged meanwhile)")
+                    for (letter, newID) in zip(batch, try tools.requeue(batch)) {
+                        if let newID {
+                            moved += 1
+                            print("requeued \(letter.id) [\(letter.reason)] -> \(keys.jobs) \(newID) (\(report.tokenSummary(letter)))")
+                            if let problem = DeadLetterReport.validationProblem(letter) { print("  note: \(problem)") }
+                        } else {
+                            print("skipped \(letter.id): no longer in \(keys.dead) (requeued or purged meanwhile)")
+                        }
+                    }
                 }
+                batch.removeAll(keepingCapacity: true)
             }
-            print("requeued \(moved) dead letter\(moved == 1 ? "" : "s") to \(keys.jobs)" + (found.more ? "; more match beyond --limit" : ""))
+            let missing = try tools.forEach(try selection.filter()) { letter in
+                if let limit, matched >= limit {
+                    more = true
+                    return false
+                }
+                matched += 1
+                guard !letter.jobFields.isEmpty else {
+                    QueueToolOutput.note("skipped \(letter.id): it holds no job fields to requeue")
+                    return true
+                }
+                batch.append(letter)
+                if batch.count >= 100 { try flush() }
+                return true
+            }
+            try flush()
+            for id in missing { QueueToolOutput.note("not found in \(keys.dead): \(id)") }
+            let plural = moved == 1 ? "" : "s"
+            if matched == 0 {
+                print("no matching dead letters in \(keys.dead); nothing to requeue")
+            } else if dryRun {
+                print("dry run: would requeue \(moved) dead letter\(plural) to \(keys.jobs)"
+                      + (more ? " (more match beyond --limit)" : "") + "; nothing changed")
+            } else {
+                print("requeued \(moved) dead letter\(plural) to \(keys.jobs)" + (more ? "; more match beyond --limit" : ""))
+            }
         }
     }
 
