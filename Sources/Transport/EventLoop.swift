@@ -48,6 +48,9 @@ public final class EventLoop: @unchecked Sendable {
     public private(set) var now: Int64
 
     public init() throws(SystemError) {
+        // A peer that resets a socket must surface as an error on that socket, never as a SIGPIPE
+        // that ends the process (OpenSSL writes with write(2) on the descriptor it was given).
+        _ = EventLoop.ignoreSIGPIPE
         epollFD = epoll_create1(Int32(EPOLL_CLOEXEC))
         if epollFD < 0 { throw SystemError(operation: "epoll_create1", errno: errno) }
         wakeFD = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
@@ -67,6 +70,10 @@ public final class EventLoop: @unchecked Sendable {
         close(wakeFD)
         close(epollFD)
     }
+
+    private static let ignoreSIGPIPE: Void = {
+        _ = signal(SIGPIPE, SIG_IGN)
+    }()
 
     public static func monotonicMilliseconds() -> Int64 {
         var ts = timespec()
