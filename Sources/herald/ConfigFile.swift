@@ -23,7 +23,7 @@ struct ConfigFile: Decodable, Equatable {
     var logFormat: String?
     var apps: [String: App]?
 
-    enum CodingKeys: String, CodingKey {
+    enum CodingKeys: String, CodingKey, CaseIterable {
         case redis, queue, batch, threads, apps
         case claimIdle = "claim_idle"
         case maxAttempts = "max_attempts"
@@ -55,7 +55,7 @@ struct ConfigFile: Decodable, Equatable {
         var pkcs12File: String?
         var pkcs12PasswordFile: String?
 
-        enum CodingKeys: String, CodingKey {
+        enum CodingKeys: String, CodingKey, CaseIterable {
             case environment, connections
             case bundleID = "bundle_id"
             case apnsHost = "apns_host"
@@ -77,12 +77,43 @@ struct ConfigFile: Decodable, Equatable {
     static func load(_ path: String) throws -> ConfigFile {
         let text = try readFile(path)
         do {
-            return try YAMLDecoder().decode(ConfigFile.self, from: text)
+            let file = try YAMLDecoder().decode(ConfigFile.self, from: text)
+            // Decoding skips keys it does not know: a misspelt `drain_timout` would silently leave
+            // the default in force. Every key must be one Herald reads.
+            let unknown = try ConfigFile.unknownKeys(in: text)
+            if !unknown.isEmpty {
+                throw ValidationError("the config file \(path) has unknown keys: \(unknown.joined(separator: ", ")) "
+                    + "(settings: \(CodingKeys.allCases.map(\.rawValue).joined(separator: ", "));"
+                    + " app settings: \(App.CodingKeys.allCases.map(\.rawValue).joined(separator: ", ")))")
+            }
+            return file
+        } catch let error as ValidationError {
+            throw error
         } catch let error as DecodingError {
             throw ValidationError("the config file \(path) is not valid: \(ConfigFile.explain(error))")
         } catch {
             throw ValidationError("the config file \(path) is not valid YAML or JSON: \(error)")
         }
+    }
+
+    /// Keys of the file's mappings that no setting reads, as dotted paths (`apps.legacy.key_fil`).
+    static func unknownKeys(in text: String) throws -> [String] {
+        guard let root = try Yams.compose(yaml: text)?.mapping else { return [] }
+        var unknown: [String] = []
+        for (key, value) in root {
+            guard let name = key.string else { continue }
+            guard CodingKeys(rawValue: name) != nil else { unknown.append(name); continue }
+            guard name == CodingKeys.apps.rawValue, let apps = value.mapping else { continue }
+            for (appKey, app) in apps {
+                guard let appName = appKey.string, let settings = app.mapping else { continue }
+                for (settingKey, _) in settings {
+                    if let setting = settingKey.string, App.CodingKeys(rawValue: setting) == nil {
+                        unknown.append("apps.\(appName).\(setting)")
+                    }
+                }
+            }
+        }
+        return unknown
     }
 
     static func explain(_ error: DecodingError) -> String {
