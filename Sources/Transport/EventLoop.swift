@@ -186,7 +186,8 @@ public final class EventLoop: @unchecked Sendable {
     /// Serves descriptors, timers and tasks until `stop()`. Call from the thread that owns the loop.
     public func run() {
         threadID = pthread_self()
-        stopRequested.store(false, ordering: .relaxed)
+        // A stop() that came before run() (a command that failed while setting up) still counts.
+        defer { stopRequested.store(false, ordering: .relaxed) }
         let capacity = 256
         let events = UnsafeMutablePointer<epoll_event>.allocate(capacity: capacity)
         defer { events.deallocate() }

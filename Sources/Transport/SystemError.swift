@@ -11,6 +11,8 @@ public struct SystemError: Error, CustomStringConvertible, Sendable, Equatable {
     }
 
     public var description: String {
-        "\(operation) failed: \(String(cString: strerror(errno))) (errno \(errno))"
+        // errno 0: the operation's own words say it all (e.g. a name that does not resolve).
+        if errno == 0 { return operation }
+        return "\(operation) failed: \(String(cString: strerror(errno))) (errno \(errno))"
     }
 }

@@ -703,7 +703,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             counters.deadLettered += group.tokens.count
             counters.deadLetteredByReason[reason, default: 0] += group.tokens.count
             commands.append(deadLetterCommand(fields: job.fields, tokens: group.tokens, reason: reason, message: group.message,
-                                              status: group.status, attempts: record.attempts, now: nowMs))
+                                              status: group.status, attempts: record.attempts, now: nowMs, origin: job.origin))
         }
         if !record.retryTokens.isEmpty {
             counters.retried += record.retryTokens.count - record.handedBack
@@ -728,7 +728,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     }
 
     private func deadLetterCommand(fields: [(name: String, value: [UInt8])], tokens: [String]?, reason: String, message: String,
-                                   status: Int, attempts: Int, now: Int64) -> [RedisArgument] {
+                                   status: Int, attempts: Int, now: Int64, origin: String? = nil) -> [RedisArgument] {
         var command: [RedisArgument] = ["XADD", .text(configuration.keys.dead), "MAXLEN", "~", .integer(Int64(configuration.deadLetterMaxLength)), "*"]
         // The job's own fields, without Herald's bookkeeping (the entry states attempts itself).
         for field in fields where !(tokens != nil && (field.name == JobField.token || field.name == JobField.tokens))
@@ -737,6 +737,10 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         }
         if let tokens {
             command += tokens.count == 1 ? [.text(JobField.token), .text(tokens[0])] : [.text(JobField.tokens), .text(tokens.joined(separator: ","))]
+        }
+        if let origin, !fields.contains(where: { $0.name == JobField.origin }) {
+            // A requeued dead letter then derives the apns-ids its first attempt was sent with.
+            command += [.text(JobField.origin), .text(origin)]
         }
         command += ["reason", .text(reason), "message", .text(message), "status", .integer(Int64(status)),
                     "attempts", .integer(Int64(attempts)), "failed_at", .integer(now)]

@@ -1,0 +1,178 @@
+import APNs
+import Queue
+import Testing
+
+@Suite struct JobDecoderTests {
+    static let token = String(repeating: "ab", count: 32)
+    static let entry = StreamEntryID(milliseconds: 1_700_000_000_123, sequence: 4)
+    static let defaults = JobDefaults(bundleID: "com.example.app")
+
+    static func fields(_ pairs: [(String, String)]) -> [(name: String, value: [UInt8])] {
+        pairs.map { ($0.0, Array($0.1.utf8)) }
+    }
+
+    static func decode(_ pairs: [(String, String)], defaults: JobDefaults = defaults) -> Result<Job, JobError> {
+        JobDecoder.decode(entryID: entry, fields: fields(pairs), defaults: defaults)
+    }
+
+    @Test func minimalJobGetsDefaultTopicAndPushType() throws {
+        let job = try Self.decode([("token", Self.token), ("payload", #"{"aps":{"alert":"Hi"}}"#)]).get()
+        #expect(job.template.topic == "com.example.app")
+        #expect(job.template.pushType == .alert)
+        #expect(job.tokens == [Self.token])
+        #expect(job.origin == "1700000000123-4")
+        #expect(job.enqueuedAt == 1_700_000_000_123)
+        #expect(job.attempts == 0)
+    }
+
+    @Test func voipTopicGetsItsSuffix() throws {
+        let job = try Self.decode([("token", Self.token), ("payload", "{}"), ("push_type", "voip")]).get()
+        #expect(job.template.topic == "com.example.app.voip")
+    }
+
+    @Test(arguments: [
+        ([("token", token)], "missing_payload"),
+        ([("payload", "{}")], "missing_token"),
+        ([("token", token), ("payload", "{}"), ("push_type", "carrier-pigeon")], "unknown_push_type"),
+        ([("token", token), ("payload", "{}"), ("priority", "7")], "bad_priority"),
+        ([("token", token), ("payload", "{}"), ("expiration", "soon")], "bad_expiration"),
+        ([("token", token), ("payload", "{}"), ("id", "NOT-A-UUID")], "bad_apns_id"),
+        ([("token", token), ("payload", "{\"aps\":")], "payload_not_json"),
+        ([("token", token), ("payload", "[1]")], "payload_not_object"),
+        ([("token", "abc"), ("payload", "{}")], "device_token_odd_length"),
+        ([("token", "zz"), ("payload", "{}")], "bad_device_token"),
+        ([("token", token), ("payload", "{}"), ("push_type", "background"), ("priority", "10")], "bad_priority"),
+    ] as [([(String, String)], String)])
+    func malformedJobsGetDistinctReasons(pairs: [(String, String)], code: String) {
+        guard case .failure(let error) = Self.decode(pairs) else {
+            Issue.record("expected \(code), the job decoded")
+            return
+        }
+        #expect(error.code == code)
+        #expect(!error.description.isEmpty)
+    }
+
+    @Test func jobWithoutTopicNeedsABundleID() {
+        let result = Self.decode([("token", Self.token), ("payload", "{}")], defaults: JobDefaults())
+        #expect(throws: JobError.noTopic) { try result.get() }
+    }
+
+    @Test func oversizePayloadIsRejected() {
+        let big = "{\"a\":\"" + String(repeating: "x", count: 4100) + "\"}"
+        guard case .failure(let error) = Self.decode([("token", Self.token), ("payload", big)]) else {
+            Issue.record("a 4 KiB+ payload decoded")
+            return
+        }
+        #expect(error.code == "payload_too_large")
+    }
+
+    @Test func fanOutKeepsValidTokensAndSetsAsideInvalidOnes() throws {
+        let job = try Self.decode([("tokens", "aaaa, BBBB ,zz,ccc,dddd"), ("payload", "{}")]).get()
+        #expect(job.tokens == ["aaaa", "bbbb", "dddd"])
+        #expect(job.invalidTokens.map(\.token) == ["zz", "ccc"])
+    }
+
+    @Test func tooManyTokensIsRejected() {
+        let tokens = (0..<10_001).map { _ in "abcd" }.joined(separator: ",")
+        #expect(throws: JobError.tooManyTokens(count: 10_001, limit: 10_000)) {
+            try Self.decode([("tokens", tokens), ("payload", "{}")]).get()
+        }
+    }
+
+    @Test func unknownFieldsAreCountedNotRejected() throws {
+        let job = try Self.decode([("token", Self.token), ("payload", "{}"), ("campaign", "spring"), ("user_id", "42")]).get()
+        #expect(job.unknownFields == 2)
+    }
+
+    @Test func singleTokenJobSendsItsOwnID() throws {
+        let id = "123e4567-e89b-12d3-a456-426614174000"
+        let job = try Self.decode([("token", Self.token), ("payload", "{}"), ("id", id)]).get()
+        #expect(job.notification(forToken: Self.token).apnsID == id)
+    }
+
+    @Test func fanOutDerivesIDsFromItsIDAndKeepsThemOnARetryOfOneToken() throws {
+        let id = "123e4567-e89b-12d3-a456-426614174000"
+        let job = try Self.decode([("tokens", "aaaa,bbbb"), ("payload", "{}"), ("id", id)]).get()
+        let first = job.notification(forToken: "bbbb").apnsID
+        #expect(first != id)
+        #expect(first == StableID.apnsID(origin: id, token: "bbbb"))
+        // The retry entry Herald writes for the one remaining token carries id_base, not id.
+        let retry = try Self.decode([("token", "bbbb"), ("payload", "{}"), ("id_base", id), ("origin", "1700000000123-4"),
+                                     ("attempts", "1")]).get()
+        #expect(retry.notification(forToken: "bbbb").apnsID == first)
+        #expect(retry.attempts == 1)
+    }
+
+    @Test func retriedJobKeepsItsOriginAndDerivedID() throws {
+        let original = try Self.decode([("token", Self.token), ("payload", "{}")]).get()
+        let retry = JobDecoder.decode(
+            entryID: StreamEntryID(milliseconds: 1_700_000_999_000, sequence: 0),
+            fields: Self.fields([("token", Self.token), ("payload", "{}"), ("origin", "1700000000123-4"), ("attempts", "2")]),
+            defaults: Self.defaults)
+        let retried = try retry.get()
+        #expect(retried.originID == Self.entry)
+        #expect(retried.notification(forToken: Self.token).apnsID == original.notification(forToken: Self.token).apnsID)
+        #expect(retried.enqueuedAt == 1_700_000_000_123)
+    }
+}
+
+@Suite struct StreamEntryIDTests {
+    @Test func parsesTextAndBytesAlike() {
+        #expect(StreamEntryID("1700000000123-4") == StreamEntryID(milliseconds: 1_700_000_000_123, sequence: 4))
+        #expect(StreamEntryID(bytes: Array("1700000000123-4".utf8)) == StreamEntryID("1700000000123-4"))
+    }
+
+    @Test(arguments: ["", "-", "12", "12-", "-3", "1-2-3", "a-1", "1-b", "99999999999999999999-1"])
+    func rejectsMalformedIDs(text: String) {
+        #expect(StreamEntryID(text) == nil)
+        #expect(StreamEntryID(bytes: Array(text.utf8)) == nil)
+    }
+
+    @Test func ordersByTimeThenSequence() {
+        #expect(StreamEntryID("5-9")! < StreamEntryID("6-0")!)
+        #expect(StreamEntryID("6-0")! < StreamEntryID("6-1")!)
+        #expect(StreamEntryID("6-1")!.description == "6-1")
+    }
+}
+
+@Suite struct StableIDTests {
+    @Test func isCanonicalAndStable() {
+        let id = StableID.apnsID(origin: "1700000000123-4", token: "abcd")
+        #expect(UUIDString.isCanonical(id))
+        #expect(id == StableID.apnsID(origin: "1700000000123-4", token: "abcd"))
+        #expect(id == StableID.apnsID(origin: "1700000000123-4", token: "ABCD"))
+    }
+
+    @Test func differsByOriginAndByToken() {
+        let ids = Set([
+            StableID.apnsID(origin: "1-0", token: "abcd"),
+            StableID.apnsID(origin: "1-1", token: "abcd"),
+            StableID.apnsID(origin: "1-0", token: "abce"),
+            StableID.apnsID(origin: "1-0a", token: "bcd"),
+        ])
+        #expect(ids.count == 4)
+    }
+
+    @Test func hundredThousandOriginsGiveDistinctIDs() {
+        var seen = Set<String>()
+        for sequence in 0..<100_000 { seen.insert(StableID.apnsID(origin: "1700000000000-\(sequence)", token: "abcd")) }
+        #expect(seen.count == 100_000)
+    }
+}
+
+@Suite struct RetryEncodingTests {
+    @Test func encodesFieldsAsAJSONArrayOfStrings() throws {
+        let encoded = RetryEncoding.encode([("token", Array("abcd".utf8)), ("payload", Array(#"{"aps":{"alert":"a\"b\\c"}}"#.utf8)),
+                                            ("note", [0x0A, 0x01, 0x09])])
+        let root = try encoded.withUnsafeBufferPointer { try JSONScanner($0).validate() }
+        #expect(root.kind == .array)
+        #expect(String(decoding: encoded, as: UTF8.self)
+                == #"["token","abcd","payload","{\"aps\":{\"alert\":\"a\\\"b\\\\c\"}}","note","\n\u0001\t"]"#)
+    }
+
+    @Test func keysOfAQueueShareOneHashTag() {
+        let keys = QueueKeys(queue: "orders")
+        for key in [keys.jobs, keys.retry, keys.dead, keys.feedback] { #expect(key.hasPrefix("herald:{orders}:")) }
+        #expect(keys.group == "herald")
+    }
+}
