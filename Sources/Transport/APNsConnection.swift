@@ -94,6 +94,9 @@ public final class APNsConnection: HTTP2Endpoint {
         var failure: RetryCause? = nil
     }
 
+    /// False until the non-blocking TCP connect is known to have succeeded.
+    private var tcpConnected = false
+
     public init(loop: EventLoop, host: String, port: Int, tlsContext: TLSContext, maxStreams: Int, identifier: Int = 0) {
         self.port = port
         self.tlsContext = tlsContext
@@ -149,6 +152,27 @@ public final class APNsConnection: HTTP2Endpoint {
             guard let self, self.state == .connecting else { return }
             self.terminate(.timedOut("connecting to \(self.host):\(self.port)"))
         }
+    }
+
+    // A refused or unreachable connect must be reported as such, not as a failed TLS handshake.
+    public override func writable() {
+        if !tcpConnected && !checkConnected() { return }
+        super.writable()
+    }
+
+    public override func readable() {
+        if !tcpConnected && !checkConnected() { return }
+        super.readable()
+    }
+
+    private func checkConnected() -> Bool {
+        let error = Socket.pendingError(fd)
+        if error != 0 {
+            terminate(.connectFailed(SystemError(operation: "connecting to \(host):\(port)", errno: error)))
+            return false
+        }
+        tcpConnected = true
+        return true
     }
 
     /// Stops taking streams and lets those in flight finish, then closes (graceful shutdown).

@@ -16,7 +16,7 @@ public enum ConnectionError: Error, CustomStringConvertible, Sendable {
 
     public var description: String {
         switch self {
-        case .connectFailed(let error): return "connect failed: \(error)"
+        case .connectFailed(let error): return error.description
         case .tls(let error): return error.description
         case .timedOut(let what): return "timed out \(what)"
         case .closedByPeer: return "the peer closed the connection"

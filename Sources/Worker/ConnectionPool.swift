@@ -76,6 +76,8 @@ public final class ConnectionPool: APNsConnectionDelegate {
     public private(set) var connectionResets = 0
     public private(set) var pingTimeouts = 0
     public private(set) var resends = 0
+    /// Why the last connection that never became ready failed (for "cannot reach APNs" messages).
+    public private(set) var lastConnectionError: ConnectionError?
     /// Every APNs answer, including those the pool retried itself: 200s, and the rest by "status reason".
     public private(set) var acceptedResponses = 0
     public private(set) var otherResponses: [String: Int] = [:]
@@ -331,7 +333,11 @@ public final class ConnectionPool: APNsConnectionDelegate {
         default: break
         }
         let graceful = members[index].acceptedSinceConnect
-        if !graceful { members[index].consecutiveFailures += 1; connectionFailures += 1 }
+        if !graceful {
+            members[index].consecutiveFailures += 1
+            connectionFailures += 1
+            if let error { lastConnectionError = error }
+        }
         guard running else { return }
         // A connection that delivered before it closed comes back quickly; one that failed to
         // deliver anything backs off from 1 s to 60 s, so Herald never opens and closes in a loop.

@@ -81,6 +81,7 @@ struct SendCommand: ParsableCommand {
             loop.stop()
         }
         session.startedAt = EventLoop.monotonicMilliseconds()
+        session.watchConnections()
         pool.start()
         loop.run()
         _ = signals
@@ -151,6 +152,21 @@ final class SendSession: ConnectionPoolDelegate {
         if completed == notifications.count {
             finishedAt = EventLoop.monotonicMilliseconds()
             loop.stop()
+        }
+    }
+
+    /// Gives up early when no connection can be made at all (every connection failed twice and
+    /// none ever came up), instead of retrying until --timeout.
+    func watchConnections() {
+        loop.schedule(afterMilliseconds: 1000) { [self] in
+            if completed == 0, pool.readyConnections == 0, pool.connectionFailures >= 2 * pool.configuration.connections {
+                stoppedReason = "cannot reach APNs at \(pool.configuration.host):\(pool.configuration.port): "
+                    + (pool.lastConnectionError.map { "\($0)" } ?? "every connection failed")
+                print("stopped: \(stoppedReason!)")
+                loop.stop()
+                return
+            }
+            if completed < notifications.count { watchConnections() }
         }
     }
 
