@@ -22,6 +22,9 @@ public struct LoadReport: Sendable {
     public var workerCPUSeconds: Double? = nil
     public var peakWorkerHWMBytes: Int? = nil
     public var maxWorkerRSSBytes: Int? = nil
+    /// CPU seconds of the other processes on the machine's cores during the run (redis-server and
+    /// the emulator when started here, and loadgen itself): where the rest of the CPU went.
+    public var otherCPUSeconds: [(name: String, seconds: Double)] = []
     public var timedOut = false
     public var conditions = RunConditions()
 
@@ -67,6 +70,10 @@ public struct LoadReport: Sendable {
         }
         if let hwm = peakWorkerHWMBytes, let rss = maxWorkerRSSBytes {
             lines.append("  peak worker RSS        \(megabytes(hwm)) MB (VmHWM); largest VmRSS sample \(megabytes(rss)) MB")
+        }
+        if !otherCPUSeconds.isEmpty {
+            let parts = otherCPUSeconds.map { "\($0.name) \(PercentText.fixed($0.seconds, digits: 2)) s" }
+            lines.append("  other CPU (user+sys)   " + parts.joined(separator: ", ") + " during the run")
         }
         lines.append("conditions")
         for (name, value) in conditions.lines {
@@ -118,6 +125,9 @@ public struct LoadReport: Sendable {
         workers.add("peak_vmhwm_bytes", peakWorkerHWMBytes)
         workers.add("max_vmrss_bytes", maxWorkerRSSBytes)
         root.addRaw("workers", workers.text)
+        var others = JSONObjectText()
+        for (name, seconds) in otherCPUSeconds { others.add(name.replacingDashes + "_cpu_seconds", seconds) }
+        root.addRaw("other_processes", others.text)
         var conditionsObject = JSONObjectText()
         let c = conditions
         conditionsObject.add("date", c.date)
@@ -187,4 +197,8 @@ struct JSONObjectText {
         }
         return out + "\""
     }
+}
+
+extension String {
+    var replacingDashes: String { String(map { $0 == "-" ? "_" : $0 }) }
 }

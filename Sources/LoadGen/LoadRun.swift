@@ -20,6 +20,8 @@ public final class LoadRun {
 
     private var children: [ChildProcess] = []
     private var workerProcesses: [ChildProcess] = []
+    /// The redis-server and emulator this run started (their CPU is reported beside the workers').
+    private var helperProcesses: [(name: String, process: ChildProcess)] = []
     private var directory = ""
     private let teamID = "TEAM000001"
     private let keyID = "LOADGEN001"
@@ -119,6 +121,9 @@ public final class LoadRun {
             }
         }
         let sampler = ProcessSampler(pids: workerProcesses.map(\.pid))
+        let helpers = helperProcesses.map { (name: $0.name, sampler: ProcessSampler(pids: [$0.process.pid])) }
+        let helperCPUAtStart = helpers.map { helper -> Double in helper.sampler.sample(); return helper.sampler.totalCPUSeconds }
+        let ownCPUAtStart = LoadRun.ownCPUSeconds()
 
         // Watch until every job has an outcome.
         let deadline = clockStart + Int64(c.timeoutSeconds) * 1000
@@ -140,6 +145,7 @@ public final class LoadRun {
             }
             if now - lastSample >= 200 {
                 sampler.sample()
+                for helper in helpers { helper.sampler.sample() }
                 lastSample = now
                 try checkWorkersAlive()
             }
@@ -169,6 +175,8 @@ public final class LoadRun {
             try redis.idle(milliseconds: 50)
         }
         sampler.sample()
+        for helper in helpers { helper.sampler.sample() }
+        let ownCPU = LoadRun.ownCPUSeconds() - ownCPUAtStart
         conditions.loadAverageAtEnd = RunConditions.loadAverage()
 
         // Count every outcome; the workers publish their counters once a second, so give the
@@ -202,11 +210,13 @@ public final class LoadRun {
             report.peakWorkerHWMBytes = sampler.peakHWMBytes
             report.maxWorkerRSSBytes = sampler.maxRSSBytes
         }
+        report.otherCPUSeconds = zip(helpers, helperCPUAtStart).map { ($0.name, $0.sampler.totalCPUSeconds - $1) } + [("loadgen", ownCPU)]
         progress?("")
 
         conditions.mode = c.isSteady
             ? "steady, \(PercentText.trimmed(c.rate!, digits: 1)) jobs/s paced by a 1 ms timer (latency counted from each job's scheduled time)"
             : c.attachWorkers ? "drain, attached workers (clock from the first XADD)" : "drain (all jobs enqueued first; clock from the workers' start)"
+        conditions.shortMode = c.isSteady ? "steady at \(PercentText.trimmed(c.rate!, digits: 1)) jobs/s" : c.attachWorkers ? "drain, attached workers" : "drain"
         conditions.workers = c.attachWorkers
             ? "attached (already running), /metrics: \(c.workerMetrics.isEmpty ? "not given" : c.workerMetrics.joined(separator: ", "))"
             : "\(c.workers) process\(c.workers == 1 ? "" : "es") × \(c.threads) thread\(c.threads == 1 ? "" : "s")"
@@ -236,6 +246,7 @@ public final class LoadRun {
             ["redis-server", "--port", String(port), "--bind", "127.0.0.1", "--dir", directory, "--save", "", "--appendonly", "no"],
             logFile: directory + "/redis.log")
         children.append(process)
+        helperProcesses.append(("redis-server", process))
         log?("  redis-server on 127.0.0.1:\(port) in \(directory)")
         return (RedisEndpoint(host: "127.0.0.1", port: port), "redis://127.0.0.1:\(port)")
     }
@@ -325,6 +336,7 @@ public final class LoadRun {
         if let prefix = c.unregisteredPrefix { arguments += ["--unregistered-prefix", prefix] }
         let process = try ChildProcess(arguments, logFile: directory + "/mock-apns.log")
         children.append(process)
+        helperProcesses.append(("emulator", process))
         let listening = try process.waitForLine(startingWith: "listening on ")
         let stats = try process.waitForLine(startingWith: "stats on ")
         guard let apns = LocalHTTPClient.address(listening), let statsAddress = LocalHTTPClient.address(stats) else {
@@ -429,6 +441,13 @@ public final class LoadRun {
             return ProducerBox.State(added: enqueuer.added, finished: enqueuer.isFinished, error: enqueuer.error,
                                      maxBehindMicros: enqueuer.maxBehindMicros)
         }
+    }
+
+    /// This process's utime + stime, seconds.
+    static func ownCPUSeconds() -> Double {
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        return Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
     }
 
     // MARK: files

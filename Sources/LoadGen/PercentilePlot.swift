@@ -85,9 +85,9 @@ public enum PercentilePlot {
         where scale(percentile: percentile) <= xMax && latency.count > 0 {
             let x = format(px(percentile)), y = format(py(value))
             svg += "<circle cx=\"\(x)\" cy=\"\(y)\" r=\"4\" fill=\"#1f6fb2\"/>\n"
-            svg += "<text x=\"\(format(px(percentile) + 6))\" y=\"\(format(py(value) - 8))\" font-size=\"12\">\(label) \(milliseconds(value)) ms</text>\n"
+            svg += "<text x=\"\(format(px(percentile)))\" y=\"\(format(py(value) - 12))\" font-size=\"12\" text-anchor=\"middle\" stroke=\"white\" stroke-width=\"3\" paint-order=\"stroke\">\(label) \(milliseconds(value)) ms</text>\n"
         }
-        svg += "<text x=\"\(format(width - right))\" y=\"\(format(height - 6))\" font-size=\"11\" fill=\"#666\" text-anchor=\"end\">\(latency.count) accepted notifications, HdrHistogram (3 significant digits)</text>\n"
+        svg += "<text x=\"\(format(width - right))\" y=\"\(format(height - 6))\" font-size=\"11\" fill=\"#666\" text-anchor=\"end\">\(PercentText.grouped(latency.count)) accepted notifications, HdrHistogram (3 significant digits)</text>\n"
         svg += "</svg>\n"
         return svg
     }

@@ -11,6 +11,8 @@ public struct RunConditions: Sendable {
     public var loadAverageAtStart = ""
     public var loadAverageAtEnd = ""
     public var mode = ""
+    /// The mode in a few words, for the plot's subtitle: `drain`, `steady at 8000 jobs/s`.
+    public var shortMode = ""
     public var workers = ""
     public var connections = 0
     public var maxStreams = 0

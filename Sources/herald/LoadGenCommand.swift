@@ -55,7 +55,7 @@ struct LoadGenCommand: ParsableCommand {
         configuration.payloadBytes = payloadBytes
         configuration.fanout = fanout
         configuration.collapseRatio = collapseRatio
-        configuration.pushTypes = try PushTypeMix(parsing: pushTypes)
+        do { configuration.pushTypes = try PushTypeMix(parsing: pushTypes) } catch { throw ValidationError(error.description) }
         configuration.rate = rate
         configuration.workers = workers
         configuration.threads = threads
@@ -80,7 +80,7 @@ struct LoadGenCommand: ParsableCommand {
         configuration.keepFiles = keepFiles
         configuration.heraldVersion = HeraldVersion.string
         configuration.swiftVersion = HeraldVersion.swift
-        try configuration.validate()
+        do { try configuration.validate() } catch { throw ValidationError(error.description) }
         for error in errors where InjectedError(argument: error) == nil {
             throw ValidationError("--error takes STATUS:REASON:RATE with a rate from 0 to 1, e.g. 503:ServiceUnavailable:0.01; got \(error)")
         }
@@ -117,8 +117,11 @@ struct LoadGenCommand: ParsableCommand {
             print("interrupted: everything loadgen started was stopped")
             throw ExitCode(130)
         } catch let error as LoadGenError {
+            // A failed run is no usage error: say what happened, without the help text.
             clearProgress(terminal)
-            throw ValidationError(error.description)
+            let bytes = Array("error: \(error.description)\n".utf8)
+            _ = bytes.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
+            throw ExitCode.failure
         }
     }
 
@@ -131,17 +134,9 @@ struct LoadGenCommand: ParsableCommand {
         let c = report.conditions
         let rate = PercentText.grouped(Int(report.notificationsPerSecond.rounded()))
         return [
-            "\(PercentText.grouped(report.notifications)) notifications, \(c.payloadBytes)-byte payloads, \(c.workers), \(c.connections) connections × \(c.maxStreams) streams, emulator latency \(c.emulatorLatencyMilliseconds) ms, faults: \(c.faults)",
-            "\(c.mode.prefix { $0 != "(" }.trimmingCharacters(in: " ,")): \(rate) notifications/s · \(c.cores) cores, \(c.cpuModel) · herald \(c.heraldVersion), Swift \(c.swiftVersion), git \(c.gitCommit) · \(c.date)",
+            "\(PercentText.grouped(report.notifications)) notifications · \(c.payloadBytes)-byte payloads · workers: \(c.workers) · \(c.connections) connections × \(c.maxStreams) streams",
+            "\(c.shortMode): \(rate) notifications/s · emulator latency \(c.emulatorLatencyMilliseconds) ms · faults: \(c.faults)",
+            "\(c.cores) cores, \(c.cpuModel), load \(c.loadAverageAtStart.prefix { $0 != " " }) · herald \(c.heraldVersion), Swift \(c.swiftVersion), git \(c.gitCommit) · \(c.date)",
         ]
-    }
-}
-
-extension StringProtocol {
-    func trimmingCharacters(in set: String) -> String {
-        var text = Substring(self)
-        while let first = text.first, set.contains(first) { text = text.dropFirst() }
-        while let last = text.last, set.contains(last) { text = text.dropLast() }
-        return String(text)
     }
 }
