@@ -37,6 +37,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     /// Per-connection bookkeeping the emulator keeps in `HTTP2ServerConnection.userState`.
     final class ConnectionState {
         var token: String? = nil
+        var tokenIssuedAt: Int64 = 0
         var tokenFirstUsedAt: Int64 = 0
         var streamsRaised = false
         var goAwaySent = false
@@ -158,7 +159,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         statistics.streams += 1
         let state = connection.userState as! ConnectionState
         if request.path == "/_herald/stats" && request.method == "GET" {
-            connection.respond(streamID: request.streamID, status: 200, headers: [], body: Array(currentStatistics.json().utf8))
+            connection.respond(streamID: request.streamID, status: 200, apnsID: nil, body: Array(currentStatistics.json().utf8))
             return
         }
         if let limit = configuration.disconnectAfterStreams, connection.streamsReceived >= limit {
@@ -223,7 +224,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
             if answer.stampMicros > 0 {
                 latency?.record(stampMicros: answer.stampMicros, nowMicros: LatencyRecorder.nowMicros())
             }
-            connection.respond(streamID: streamID, status: 200, headers: [("apns-id", answer.apnsID)], body: [])
+            connection.respond(streamID: streamID, status: 200, apnsID: answer.apnsID, body: [])
             return
         }
         let reason = answer.reason ?? "Unknown"
@@ -231,7 +232,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         var body = "{\"reason\":\"\(reason)\""
         if let timestamp = answer.timestamp { body += ",\"timestamp\":\(timestamp)" }
         body += "}"
-        connection.respond(streamID: streamID, status: answer.status, headers: [("apns-id", answer.apnsID)], body: Array(body.utf8))
+        connection.respond(streamID: streamID, status: answer.status, apnsID: answer.apnsID, body: Array(body.utf8))
     }
 
     /// Applies APNs' request rules in the order APNs reports them, then the injected faults.
@@ -249,9 +250,8 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         guard request.path.hasPrefix(prefix) else { return reject(404, "BadPath") }
         let token = String(request.path.dropFirst(prefix.count))
         if token.isEmpty { return reject(400, "MissingDeviceToken") }
-        var names = Set<String>()
-        for field in request.headers where field.name.hasPrefix("apns-") || field.name == "authorization" {
-            if !names.insert(field.name).inserted { return reject(400, "DuplicateHeaders") }
+        if request.hasDuplicateHeader(where: { $0.hasPrefix("apns-") || $0 == "authorization" }) {
+            return reject(400, "DuplicateHeaders")
         }
         if let value = headerAPNsID.value, uuid == nil || !UUIDString.isCanonical(value) { return reject(400, "BadMessageId") }
 
@@ -261,18 +261,24 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
             guard let authorization = request.header("authorization").value, authorization.hasPrefix("bearer ") else {
                 return reject(403, "MissingProviderToken")
             }
-            let jwt = String(authorization.dropFirst(7))
-            let parsed: ParsedProviderToken
-            switch verify(jwt) {
-            case .success(let token): parsed = token
-            case .failure: return reject(403, "InvalidProviderToken")
+            let jwt = authorization.dropFirst(7)
+            let issuedAt: Int64
+            if let known = state.token, known == jwt {
+                // The connection's current token: verified when it first arrived.
+                issuedAt = state.tokenIssuedAt
+            } else {
+                switch verify(String(jwt)) {
+                case .success(let token): issuedAt = token.iat
+                case .failure: return reject(403, "InvalidProviderToken")
+                }
             }
-            if now / 1000 - parsed.iat > 3600 { return reject(403, "ExpiredProviderToken") }
-            if state.token != jwt {
+            if now / 1000 - issuedAt > 3600 { return reject(403, "ExpiredProviderToken") }
+            if state.token.map({ $0 != jwt }) ?? true {
                 if state.token != nil, now - state.tokenFirstUsedAt < 20 * 60_000 {
                     return reject(429, "TooManyProviderTokenUpdates")
                 }
-                state.token = jwt
+                state.token = String(jwt)
+                state.tokenIssuedAt = issuedAt
                 state.tokenFirstUsedAt = now
             }
         }

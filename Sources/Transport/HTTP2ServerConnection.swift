@@ -4,17 +4,28 @@ import Glibc
 
 /// One HTTP/2 request received by an `HTTP2ServerConnection`.
 public struct HTTP2ServerRequest {
-    public let streamID: Int32
-    public var method = ""
-    public var path = ""
-    public var authority = ""
+    public internal(set) var streamID: Int32
+    public internal(set) var method = ""
+    public internal(set) var path = ""
+    public internal(set) var authority = ""
     /// Regular (non-pseudo) header fields in arrival order, names lowercase as HTTP/2 requires.
-    public var headers: [(name: String, value: String)] = []
-    public var body: [UInt8] = []
+    public internal(set) var headers: [(name: String, value: String)] = []
+    public internal(set) var body: [UInt8] = []
     /// True when the peer sent more body than the server keeps (`maxBodyBytes`).
-    public var bodyTruncated = false
+    public internal(set) var bodyTruncated = false
 
     init(streamID: Int32) { self.streamID = streamID }
+
+    /// Empties the request for the next stream, keeping its buffers' capacity.
+    mutating func reset(streamID: Int32) {
+        self.streamID = streamID
+        method = ""
+        path = ""
+        authority = ""
+        headers.removeAll(keepingCapacity: true)
+        body.removeAll(keepingCapacity: true)
+        bodyTruncated = false
+    }
 
     /// The first value of header `name`, and how many times it appeared.
     public func header(_ name: String) -> (value: String?, count: Int) {
@@ -25,6 +36,15 @@ public struct HTTP2ServerRequest {
             count += 1
         }
         return (first, count)
+    }
+
+    /// True when a header name appears more than once among those `isChecked` selects.
+    public func hasDuplicateHeader(where isChecked: (String) -> Bool) -> Bool {
+        // A handful of fields: comparing pairs beats building a set.
+        for i in headers.indices where isChecked(headers[i].name) {
+            for j in headers.indices where j > i && headers[j].name == headers[i].name { return true }
+        }
+        return false
     }
 }
 
@@ -48,14 +68,23 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
     /// Opaque per-connection state for the delegate (the emulator keeps its token bookkeeping here).
     public var userState: AnyObject?
 
-    private var requests: [Int32: HTTP2ServerRequest] = [:]
+    /// Requests being received, in slots reused from stream to stream (the stream's nghttp2 user
+    /// data is its slot index + 1), so a request costs no dictionary and keeps its buffers.
+    private var slots: [HTTP2ServerRequest] = []
+    private var freeSlots: [Int] = []
     private var ready: [Int32] = []
     private var responses: [Int32: [UInt8]] = [:]
     private var responseOffsets: [Int32: Int] = [:]
+    private let responseScratch = UnsafeMutablePointer<UInt8>.allocate(capacity: 256)
+    private let responseNames: UnsafeMutablePointer<UInt8>
+
+    private static let nameBytes = Array(":statusapns-idcontent-typecontent-length".utf8)
 
     public init(loop: EventLoop, fd: Int32, tlsContext: TLSContext, identifier: Int, initialMaxConcurrentStreams: UInt32) throws(ConnectionError) {
         self.identifier = identifier
         self.initialMaxConcurrentStreams = initialMaxConcurrentStreams
+        responseNames = .allocate(capacity: HTTP2ServerConnection.nameBytes.count)
+        responseNames.initialize(from: HTTP2ServerConnection.nameBytes, count: HTTP2ServerConnection.nameBytes.count)
         super.init(loop: loop, host: "client")
         try adopt(fd: fd, context: tlsContext)
     }
@@ -84,27 +113,51 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
         scheduleFlush()
     }
 
-    /// Answers stream `streamID` (ignored if the stream is gone, e.g. reset by the client).
-    public func respond(streamID: Int32, status: Int, headers: [(String, String)], body: [UInt8]) {
+    deinit {
+        responseScratch.deallocate()
+        responseNames.deallocate()
+    }
+
+    /// Answers stream `streamID` with `status`, an `apns-id` and an optional JSON body (ignored if
+    /// the stream is gone, e.g. reset by the client). Builds its header list without allocating.
+    public func respond(streamID: Int32, status: Int, apnsID: String?, body: [UInt8]) {
         guard let session, isOpen else { return }
-        var fields: [(String, String)] = [(":status", String(status))]
-        fields.append(contentsOf: headers)
-        if !body.isEmpty {
-            fields.append(("content-type", "application/json"))
-            fields.append(("content-length", String(body.count)))
+        var nva = (nghttp2_nv(), nghttp2_nv(), nghttp2_nv(), nghttp2_nv())
+        var count = 0
+        var used = 0
+        func value(_ text: String) -> (UnsafeMutablePointer<UInt8>, Int) {
+            var text = text
+            let start = responseScratch + used
+            let length = text.withUTF8 { bytes -> Int in
+                let length = min(bytes.count, 256 - used)
+                start.update(from: bytes.baseAddress!, count: length)
+                return length
+            }
+            used += length
+            return (start, length)
         }
-        let bytes = fields.map { (Array($0.0.utf8), Array($0.1.utf8)) }
-        var provider = nghttp2_data_provider()
-        provider.read_callback = serverReadBody
-        if !body.isEmpty {
-            responses[streamID] = body
-            responseOffsets[streamID] = 0
-        }
-        withNameValues(bytes) { nva in
+        withUnsafeMutableBytes(of: &nva) { raw in
+            let list = raw.baseAddress!.assumingMemoryBound(to: nghttp2_nv.self)
+            func add(_ nameOffset: Int, _ nameLength: Int, _ text: String) {
+                let (pointer, length) = value(text)
+                list[count] = nghttp2_nv(name: responseNames + nameOffset, value: pointer, namelen: nameLength, valuelen: length,
+                                         flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
+                count += 1
+            }
+            add(0, 7, String(status))
+            if let apnsID { add(7, 7, apnsID) }
+            if !body.isEmpty {
+                add(14, 12, "application/json")
+                add(26, 14, String(body.count))
+            }
             if body.isEmpty {
-                _ = nghttp2_submit_response(session, streamID, nva.baseAddress, nva.count, nil)
+                _ = nghttp2_submit_response(session, streamID, list, count, nil)
             } else {
-                _ = nghttp2_submit_response(session, streamID, nva.baseAddress, nva.count, &provider)
+                responses[streamID] = body
+                responseOffsets[streamID] = 0
+                var provider = nghttp2_data_provider()
+                provider.read_callback = serverReadBody
+                _ = nghttp2_submit_response(session, streamID, list, count, &provider)
             }
         }
         scheduleFlush()
@@ -134,13 +187,14 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
         let batch = ready
         ready.removeAll(keepingCapacity: true)
         for streamID in batch {
-            guard let request = requests[streamID] else { continue }
-            delegate?.connection(self, received: request)
+            guard let index = slotIndex(streamID) else { continue }
+            delegate?.connection(self, received: slots[index])
         }
     }
 
     override func didClose(_ error: ConnectionError?) {
-        requests.removeAll()
+        slots.removeAll()
+        freeSlots.removeAll()
         responses.removeAll()
         responseOffsets.removeAll()
         delegate?.connectionClosed(self, error: error)
@@ -148,29 +202,45 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
 
     // MARK: nghttp2 events
 
+    private func slotIndex(_ streamID: Int32) -> Int? {
+        guard let session, let pointer = nghttp2_session_get_stream_user_data(session, streamID) else { return nil }
+        return Int(bitPattern: pointer) - 1
+    }
+
     fileprivate func beginHeaders(streamID: Int32) {
-        requests[streamID] = HTTP2ServerRequest(streamID: streamID)
+        guard let session else { return }
+        let index: Int
+        if let free = freeSlots.popLast() {
+            index = free
+            slots[index].reset(streamID: streamID)
+        } else {
+            index = slots.count
+            slots.append(HTTP2ServerRequest(streamID: streamID))
+        }
+        nghttp2_session_set_stream_user_data(session, streamID, UnsafeMutableRawPointer(bitPattern: index + 1))
         streamsReceived += 1
     }
 
     fileprivate func header(streamID: Int32, name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) {
-        guard requests[streamID] != nil else { return }
-        let nameText = String(decoding: name, as: UTF8.self)
+        guard let index = slotIndex(streamID) else { return }
         let valueText = String(decoding: value, as: UTF8.self)
-        switch nameText {
-        case ":method": requests[streamID]!.method = valueText
-        case ":path": requests[streamID]!.path = valueText
-        case ":authority": requests[streamID]!.authority = valueText
-        case ":scheme": break
-        default: requests[streamID]!.headers.append((nameText, valueText))
+        if name.first == 0x3A {  // ":" pseudo-header
+            switch name.count {
+            case 7 where name[1] == 0x6D: slots[index].method = valueText      // :method
+            case 5 where name[1] == 0x70: slots[index].path = valueText        // :path
+            case 10 where name[1] == 0x61: slots[index].authority = valueText  // :authority
+            default: break                                                      // :scheme
+            }
+            return
         }
+        slots[index].headers.append((String(decoding: name, as: UTF8.self), valueText))
     }
 
     fileprivate func data(streamID: Int32, bytes: UnsafeBufferPointer<UInt8>) {
-        guard requests[streamID] != nil else { return }
-        let room = maxBodyBytes - requests[streamID]!.body.count
-        if bytes.count > room { requests[streamID]!.bodyTruncated = true }
-        if room > 0 { requests[streamID]!.body.append(contentsOf: bytes.prefix(room)) }
+        guard let index = slotIndex(streamID) else { return }
+        let room = maxBodyBytes - slots[index].body.count
+        if bytes.count > room { slots[index].bodyTruncated = true }
+        if room > 0 { slots[index].body.append(contentsOf: bytes.prefix(room)) }
     }
 
     fileprivate func frameReceived(type: UInt8, flags: UInt8, streamID: Int32) {
@@ -181,7 +251,9 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
     }
 
     fileprivate func streamClosed(streamID: Int32) {
-        requests[streamID] = nil
+        if let index = slotIndex(streamID), index < slots.count {
+            freeSlots.append(index)
+        }
         responses[streamID] = nil
         responseOffsets[streamID] = nil
     }
@@ -201,25 +273,6 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
         }
         return count
     }
-}
-
-/// Builds an nghttp2 name/value array over byte arrays for the duration of `body`.
-func withNameValues<R>(_ fields: [([UInt8], [UInt8])], _ body: (UnsafeBufferPointer<nghttp2_nv>) -> R) -> R {
-    let storage = UnsafeMutablePointer<UInt8>.allocate(capacity: max(1, fields.reduce(0) { $0 + $1.0.count + $1.1.count }))
-    defer { storage.deallocate() }
-    let nva = UnsafeMutablePointer<nghttp2_nv>.allocate(capacity: max(1, fields.count))
-    defer { nva.deallocate() }
-    var offset = 0
-    for (index, field) in fields.enumerated() {
-        let name = storage + offset
-        name.initialize(from: field.0, count: field.0.count)
-        offset += field.0.count
-        let value = storage + offset
-        value.initialize(from: field.1, count: field.1.count)
-        offset += field.1.count
-        nva[index] = nghttp2_nv(name: name, value: value, namelen: field.0.count, valuelen: field.1.count, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
-    }
-    return body(UnsafeBufferPointer(start: nva, count: fields.count))
 }
 
 private func server(_ userData: UnsafeMutableRawPointer?) -> HTTP2ServerConnection {
