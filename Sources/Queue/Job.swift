@@ -36,8 +36,14 @@ public struct JobDefaults: Sendable {
     public var bundleID: String?
     /// At most this many tokens in one job.
     public var maxTokensPerJob = 10_000
+    /// Mixed into derived apns-ids (the worker uses its queue name), so equal entry ids of two
+    /// queues never give one token the same apns-id.
+    public var apnsIDNamespace = ""
 
-    public init(bundleID: String? = nil) { self.bundleID = bundleID }
+    public init(bundleID: String? = nil, apnsIDNamespace: String = "") {
+        self.bundleID = bundleID
+        self.apnsIDNamespace = apnsIDNamespace
+    }
 }
 
 /// One job read from the stream, decoded and validated: a notification template and its tokens.
@@ -61,6 +67,8 @@ public struct Job: Sendable {
     public let explicitAPNsID: String?
     /// What apns-ids are derived from with the token: a fan-out job's `id`, or else `origin`.
     public let apnsIDBase: String
+    /// The defaults' namespace, mixed into derived apns-ids.
+    public let apnsIDNamespace: String
     /// Attempts already made before this entry (from a retry).
     public let attempts: Int
     /// Fields Herald does not know.
@@ -70,7 +78,8 @@ public struct Job: Sendable {
     public func notification(forToken token: String) -> Notification {
         var notification = template
         notification.deviceToken = token
-        notification.apnsID = explicitAPNsID ?? StableID.apnsID(origin: apnsIDBase, token: token)
+        notification.apnsID = explicitAPNsID
+            ?? StableID.apnsID(origin: apnsIDNamespace.isEmpty ? apnsIDBase : apnsIDNamespace + "/" + apnsIDBase, token: token)
         return notification
     }
 

@@ -104,6 +104,7 @@ public enum JobDecoder {
             tokens: valid, invalidTokens: invalid, template: template,
             explicitAPNsID: tokenList.count == 1 && idBase == nil ? id.flatMap { $0.isEmpty ? nil : $0 } : nil,
             apnsIDBase: idBase ?? id.flatMap { $0.isEmpty ? nil : $0 } ?? originText,
+            apnsIDNamespace: defaults.apnsIDNamespace,
             attempts: attempts, unknownFields: unknown))
     }
 

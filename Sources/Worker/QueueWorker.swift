@@ -55,6 +55,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     private var unconfirmed: [[Finalization]] = []
     private var finalizationScheduled = false
     private var random = SystemRandomNumberGenerator()
+    /// Read once: the per-notification path tests a Bool, not the logger.
+    private lazy var traceNotifications = logger.logLevel <= .trace
     private var wallClock: Int64 = 0
     private var wallClockStampedAt: Int64 = -1
 
@@ -109,7 +111,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         precondition(!apps.isEmpty, "a worker needs at least one app")
         self.loop = loop
         self.configuration = configuration
-        lanes = apps.map { AppLane(app: $0) }
+        lanes = apps.map { AppLane(app: $0, queue: configuration.keys.queue) }
         var names: [String: Int] = [:]
         for (index, app) in apps.enumerated() { names[app.name] = index }
         laneByName = names
@@ -557,6 +559,13 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         guard index < jobs.count, let record = jobs[index] else { return }
         let token = request.notification.deviceToken
         record.attempts = max(record.attempts, request.attempts)
+        if traceNotifications {
+            // One line per notification only at trace level; the token is shortened, never whole.
+            logger.trace("notification answered", metadata: [
+                "app": "\(lanes[record.lane].name)", "job": "\(record.job.entryID)", "token": "\(token.prefix(8))…",
+                "apns_id": "\(request.notification.apnsID ?? "")", "attempts": "\(request.attempts)", "outcome": "\(outcome)",
+            ])
+        }
         switch outcome {
         case .accepted:
             counters.accepted += 1
@@ -936,10 +945,12 @@ public final class AppLane {
     private var queue: [UInt64] = []
     private var head = 0
 
-    init(app: WorkerApp) {
+    init(app: WorkerApp, queue: String) {
         name = app.name
         pool = app.pool
-        defaults = app.defaults
+        var defaults = app.defaults
+        defaults.apnsIDNamespace = queue
+        self.defaults = defaults
     }
 
     var queued: Int { queue.count - head }

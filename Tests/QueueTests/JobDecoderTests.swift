@@ -103,6 +103,14 @@ import Testing
         #expect(retry.attempts == 1)
     }
 
+    @Test func equalEntryIDsOfTwoQueuesGiveDifferentAPNsIDs() throws {
+        let orders = try Self.decode([("token", Self.token), ("payload", "{}")],
+                                     defaults: JobDefaults(bundleID: "com.example.app", apnsIDNamespace: "orders")).get()
+        let news = try Self.decode([("token", Self.token), ("payload", "{}")],
+                                   defaults: JobDefaults(bundleID: "com.example.app", apnsIDNamespace: "news")).get()
+        #expect(orders.notification(forToken: Self.token).apnsID != news.notification(forToken: Self.token).apnsID)
+    }
+
     @Test func retriedJobKeepsItsOriginAndDerivedID() throws {
         let original = try Self.decode([("token", Self.token), ("payload", "{}")]).get()
         let retry = JobDecoder.decode(
