@@ -355,11 +355,9 @@ extension IntegrationTests {
                     #expect(levels.isSubset(of: ["trace", "debug", "info", "notice", "warning", "error", "critical"]), "\(levels)")
                     #expect(lines.contains { $0.contains("connection up") }, "a state change is logged: \(format)")
                     // docs/operations.md: "`trace` logs one line per notification", each naming its
-                    // token redacted to 8 hex digits. The worker logs none yet.
+                    // token redacted to 8 hex digits.
                     let untraced = roundTokens.filter { token in !lines.contains { $0.contains(String(token.prefix(8))) } }
-                    withKnownIssue("herald worker logs no line per notification at --log-level trace") {
-                        #expect(untraced.count == 0, "no trace line for \(untraced.count) of \(roundTokens.count) notifications")
-                    }
+                    #expect(untraced.count == 0, "no trace line for \(untraced.count) of \(roundTokens.count) notifications")
                     // The stable metadata keys of the spec.
                     #expect(lines.contains { $0.contains(format == "json" ? "\"queue\":\"default\"" : " queue=default") }, "\(format)")
                     #expect(lines.contains { $0.contains(format == "json" ? "\"app\":\"default\"" : " app=default") }, "\(format)")
