@@ -1,0 +1,169 @@
+import APNs
+@testable import LoadGen
+@testable import MockAPNs
+import Queue
+import Testing
+
+/// The load generator's arithmetic, without processes: payload sizes, job shapes, percentiles,
+/// the plot's scale, and the parsers of /proc, Prometheus text and the emulator's stats.
+@Suite struct LoadGenUnitTests {
+    @Test(arguments: [PushType.alert, .background, .voip])
+    func payloadsHaveExactlyTheRequestedSizeAndAreValidJSON(type: PushType) throws {
+        let stamp: Int64 = 1_763_830_000_123_456
+        for size in [PayloadFactory.minimumBytes(for: type), 100, 256, 1000, 4096] {
+            let payload = PayloadFactory.payload(type: type, stampMicros: stamp, bytes: size)
+            #expect(payload.count == size, "\(type) payload of \(size) bytes")
+            try payload.withUnsafeBufferPointer { bytes in
+                let scanner = JSONScanner(bytes)
+                _ = try scanner.validate()
+                let t = try #require(scanner.rootMember("t"))
+                #expect(scanner.int64(t) == stamp)
+                #expect(scanner.rootMember("aps")?.kind == .object)
+            }
+            var notification = Notification(deviceToken: String(repeating: "ab", count: 32), topic: "com.example.loadgen",
+                                            pushType: type, priority: type == .background ? .powerAware : nil, payload: payload)
+            if type == .voip { notification.topic += ".voip" }
+            try notification.validate()
+        }
+    }
+
+    @Test func aTooSmallSizeIsRefusedBeforeAnythingStarts() {
+        var configuration = LoadGenConfiguration()
+        configuration.payloadBytes = PayloadFactory.minimumBytes(for: .alert) - 1
+        #expect(throws: LoadGenError.self) { try configuration.validate() }
+        configuration.payloadBytes = 4097
+        #expect(throws: LoadGenError.self) { try configuration.validate() }
+    }
+
+    @Test func stampsAreReadAsMillisecondsOrMicroseconds() {
+        #expect(LatencyRecorder.stampMicros(1_763_830_000_123) == 1_763_830_000_123_000)
+        #expect(LatencyRecorder.stampMicros(1_763_830_000_123_456) == 1_763_830_000_123_456)
+        #expect(LatencyRecorder.stampMicros(0) == nil)
+    }
+
+    @Test func percentilesOfAKnownDistribution() throws {
+        var recorder = LatencyRecorder()
+        // 1 ms … 10 ms, one sample per µs step of 1: a uniform distribution of 9,001 values.
+        for micros in 1_000...10_000 { recorder.record(stampMicros: 0, nowMicros: Int64(micros)) }
+        let summary = recorder.percentiles
+        #expect(summary.count == 9_001)
+        // HdrHistogram keeps 3 significant digits: within 0.1 % (plus one bucket).
+        func near(_ value: UInt64, _ expected: Double) -> Bool { abs(Double(value) - expected) <= expected * 0.002 + 1 }
+        #expect(near(summary.p50, 5_500))
+        #expect(near(summary.p90, 9_100))
+        #expect(near(summary.p99, 9_910))
+        #expect(summary.max == 10_000)
+        #expect(summary.p50 <= summary.p90 && summary.p90 <= summary.p99 && summary.p99 <= summary.p999 && summary.p999 <= summary.max)
+        #expect(zip(summary.curve, summary.curve.dropFirst()).allSatisfy { $0.percentile < $1.percentile && $0.micros <= $1.micros })
+        #expect(summary.curve.last?.percentile == 100)
+
+        // Through the stats JSON and back, as loadgen reads it.
+        var statistics = MockAPNsStatistics()
+        statistics.acceptedUnique = 9_001
+        statistics.latency = summary
+        let parsed = try #require(EmulatorStatistics(json: Array(statistics.json().utf8)))
+        let report = try #require(parsed.latency)
+        #expect(report.count == 9_001)
+        #expect(abs(report.p99 - Double(summary.p99) / 1000) < 0.0005)
+        #expect(report.curve.count == summary.curve.count)
+        #expect(report.isMonotonic)
+    }
+
+    @Test func answersBeforeTheirStampAreNotRecorded() {
+        var recorder = LatencyRecorder()
+        recorder.record(stampMicros: 10_000, nowMicros: 9_500)   // same millisecond: 0
+        recorder.record(stampMicros: 10_000, nowMicros: 5_000)   // another clock: refused
+        #expect(recorder.count == 1)
+        #expect(recorder.percentiles.stampsInTheFuture == 1)
+    }
+
+    @Test func theLogScaleSpacesNinesEvenly() {
+        #expect(abs(PercentilePlot.scale(percentile: 90) - 1) < 1e-12)
+        #expect(abs(PercentilePlot.scale(percentile: 99) - 2) < 1e-12)
+        #expect(abs(PercentilePlot.scale(percentile: 99.9) - 3) < 1e-9)
+        #expect(abs(PercentilePlot.scale(percentile: 99.99) - 4) < 1e-9)
+        #expect(abs(PercentilePlot.scale(percentile: 50) - 0.30103) < 1e-5)
+        #expect(PercentilePlot.scale(percentile: 0) == 0)
+        #expect(PercentilePlot.niceCeiling(0.7) == 1)
+        #expect(PercentilePlot.niceCeiling(13) == 20)
+        #expect(PercentilePlot.niceCeiling(450) == 500)
+        #expect(PercentilePlot.niceCeiling(1000) == 1000)
+    }
+
+    @Test func numbersReadTheWayPeopleWriteThem() {
+        #expect(PercentText.grouped(1_234_567) == "1,234,567")
+        #expect(PercentText.grouped(999) == "999")
+        #expect(PercentText.fixed(2.005, digits: 2) == "2.01" || PercentText.fixed(2.005, digits: 2) == "2.00")
+        #expect(PercentText.fixed(0.5, digits: 3) == "0.500")
+        #expect(PercentText.trimmed(2.50, digits: 3) == "2.5")
+        #expect(PercentText.trimmed(3, digits: 3) == "3")
+    }
+
+    @Test func jobsCarryTheirTokensCollapseIDsAndPushTypes() throws {
+        var configuration = LoadGenConfiguration()
+        configuration.notifications = 1_000
+        configuration.tokens = 100
+        configuration.fanout = 4
+        configuration.collapseRatio = 0.5
+        configuration.pushTypes = try PushTypeMix(parsing: "alert=0.5,background=0.5")
+        configuration.unregisteredPrefix = "dead"
+        configuration.unregisteredShare = 0.1
+        let factory = JobFactory(configuration: configuration)
+        let tokens = (0..<100).map(factory.token)
+        #expect(Set(tokens).count == 100)
+        #expect(tokens.allSatisfy { $0.utf8.count == 64 })
+        #expect(tokens.filter { $0.hasPrefix("dead") }.count == 10)
+        var collapsed = 0
+        var background = 0
+        for index in 0..<configuration.jobs {
+            let fields = factory.fields(job: index, scheduledMicros: 1_763_830_000_000_000)
+            func value(_ name: String) -> String? { fields.first { $0.name == name }.map { String(decoding: $0.value, as: UTF8.self) } }
+            #expect(value(JobField.tokens)?.split(separator: ",").count == 4)
+            #expect(value(JobField.payload)?.utf8.count == 256)
+            let collapseID = try #require(value(JobField.collapseID))
+            if collapseID != "c\(index)" { collapsed += 1 }
+            if value(JobField.pushType) == "background" {
+                background += 1
+                #expect(value(JobField.priority) == "5")
+            }
+        }
+        // Seeded draws: near the ratios, not exactly.
+        #expect((80...170).contains(collapsed))
+        #expect((80...170).contains(background))
+    }
+
+    @Test func pushTypeMixesAreParsedAndNormalised() throws {
+        let mix = try PushTypeMix(parsing: "alert=9,background=1")
+        #expect(mix.type(forDraw: 0.0) == .alert)
+        #expect(mix.type(forDraw: 0.89) == .alert)
+        #expect(mix.type(forDraw: 0.95) == .background)
+        #expect(mix.description == "alert=0.9,background=0.1")
+        #expect(throws: LoadGenError.self) { try PushTypeMix(parsing: "alert=1,telegram=1") }
+    }
+
+    @Test func procStatIsReadAfterTheCommandName() {
+        // A command name with spaces and a parenthesis must not shift the fields.
+        let stat = "4242 (herald (w) 1) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 3 0 12345 0 0"
+        #expect(ProcessSampler.cpuTicks(statText: stat) == 325)
+    }
+
+    @Test func prometheusSumsMatchLabels() {
+        let text = """
+            # TYPE herald_notifications_total counter
+            herald_notifications_total{app="default",queue="default",outcome="accepted"} 990
+            herald_notifications_total{app="default",queue="default",outcome="superseded"} 7
+            herald_notifications_total{app="other",queue="default",outcome="superseded"} 3
+            herald_notifications_total_created 1
+            """
+        #expect(PrometheusScrape.sum(text, metric: "herald_notifications_total", labels: ["outcome=\"superseded\""]) == 10)
+        #expect(PrometheusScrape.sum(text, metric: "herald_notifications_total") == 1000)
+    }
+
+    @Test func addressesDefaultToLoopback() {
+        for (text, host, port) in [("127.0.0.1:9464", "127.0.0.1", 9464), (":9464", "127.0.0.1", 9464), ("http://localhost:80/metrics", "localhost", 80)] {
+            let address = LocalHTTPClient.address(text)
+            #expect(address?.host == host && address?.port == port, "\(text)")
+        }
+        #expect(LocalHTTPClient.address("nope") == nil)
+    }
+}
