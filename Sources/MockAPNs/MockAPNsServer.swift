@@ -83,7 +83,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         if let cert = configuration.certificateFile, let key = configuration.keyFile {
             certificateFile = cert
             keyFile = key
-            certificatePEM = try readTextFile(cert)
+            certificatePEM = try PEMFile.read(path: cert)
         } else {
             let generated = try SelfSignedCertificate.generate()
             let directory = try makeTemporaryDirectory()
@@ -93,7 +93,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
             certificatePEM = generated.certificatePEM
         }
         if let out = configuration.certificateOut, out != certificateFile {
-            try writeTextFile(out, certificatePEM)
+            try PEMFile.write(certificatePEM, to: out, mode: 0o644)
         }
         let context = try TLSContext(serverCertificateFile: certificateFile, keyFile: keyFile, clientCAFile: configuration.clientCAFile)
         tlsContext = context

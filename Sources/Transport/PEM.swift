@@ -23,13 +23,13 @@ public struct PEMFileError: Error, CustomStringConvertible, Sendable, Equatable 
     }
 }
 
-/// Whole-file reads and writes for PEM text (keys, certificates), with POSIX calls so Transport needs no
-/// Foundation. Files are small; keys are written with owner-only permissions.
-enum PEMFile {
+/// Whole-file reads and writes for small text files (keys, certificates, configuration, stats),
+/// with POSIX calls so Herald needs no Foundation for them. Keys are written owner-only.
+public enum PEMFile {
     /// Files larger than this are not PEM keys or certificates Herald reads.
     static let maximumSize = 1 << 20
 
-    static func read(path: String) throws(PEMFileError) -> String {
+    public static func read(path: String) throws(PEMFileError) -> String {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw PEMFileError(path: path, operation: .reading, errno: errno) }
         defer { close(fd) }
@@ -50,7 +50,7 @@ enum PEMFile {
 
     /// Replaces `path` with `text`, setting `mode` before any byte is written (so a key is never
     /// readable by others, even briefly or when the file already existed with a wider mode).
-    static func write(_ text: String, to path: String, mode: mode_t) throws(PEMFileError) {
+    public static func write(_ text: String, to path: String, mode: mode_t) throws(PEMFileError) {
         let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode)
         guard fd >= 0 else { throw PEMFileError(path: path, operation: .writing, errno: errno) }
         defer { close(fd) }

@@ -344,7 +344,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             case .success(.error(let message)):
                 self.handleRedisError(message)
             case .success(let reply):
-                let entries = QueueWorker.streamEntries(reply)
+                let entries = RedisReplyReader.readEntries(reply)
                 if self.recoveringPending {
                     if entries.isEmpty {
                         self.recoveringPending = false
@@ -372,52 +372,12 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         }
     }
 
-    struct StreamEntry {
-        let id: StreamEntryID
-        /// nil when the entry was deleted while pending.
-        let fields: [(name: String, value: [UInt8])]?
-    }
-
-    /// Entries of an XREADGROUP reply (`[[key, [[id, [f, v, …]], …]]]`) or an entry list.
-    static func streamEntries(_ reply: RedisReply) -> [StreamEntry] {
-        guard case .array(let streams) = reply else { return [] }
-        var result: [StreamEntry] = []
-        for stream in streams {
-            guard case .array(let pair) = stream, pair.count == 2, case .array(let entries) = pair[1] else { continue }
-            result.append(contentsOf: entryList(entries))
-        }
-        return result
-    }
-
-    static func entryList(_ entries: [RedisReply]) -> [StreamEntry] {
-        var result: [StreamEntry] = []
-        result.reserveCapacity(entries.count)
-        for entry in entries {
-            guard case .array(let parts) = entry, parts.count == 2, case .bulk(let idBytes) = parts[0],
-                  let id = StreamEntryID(bytes: idBytes) else { continue }
-            guard case .array(let flat) = parts[1] else {
-                result.append(StreamEntry(id: id, fields: nil))
-                continue
-            }
-            var fields: [(name: String, value: [UInt8])] = []
-            fields.reserveCapacity(flat.count / 2)
-            var index = 0
-            while index + 1 < flat.count {
-                if case .bulk(let name) = flat[index], case .bulk(let value) = flat[index + 1] {
-                    fields.append((String(decoding: name, as: UTF8.self), value))
-                }
-                index += 2
-            }
-            result.append(StreamEntry(id: id, fields: fields))
-        }
-        return result
-    }
-
     /// Takes in entries read or claimed: decodes, dead-letters the malformed, queues the rest.
-    private func accept(_ entries: [StreamEntry], deliveries: [StreamEntryID: Int]?) {
+    private func accept(_ entries: [StreamRecord], deliveries: [StreamEntryID: Int]?) {
         for entry in entries {
             if heldEntries.contains(entry.id) { continue }
-            guard let fields = entry.fields else {
+            let fields = entry.fields
+            guard !fields.isEmpty else {
                 // Deleted while pending: nothing to deliver; acknowledge it.
                 finalize(Finalization(entryID: entry.id, commands: []))
                 continue
@@ -899,7 +859,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             guard case .array(let parts) = reply, parts.count >= 2, let cursor = parts[0].string,
                   case .array(let claimed) = parts[1] else { self.claimInFlight = false; return }
             self.claimCursor = cursor
-            let entries = QueueWorker.entryList(claimed).filter { !self.heldEntries.contains($0.id) }
+            let entries = RedisReplyReader.entries(.array(claimed)).filter { !self.heldEntries.contains($0.id) }
             guard let first = entries.first?.id, let last = entries.last?.id else { self.claimInFlight = false; return }
             self.counters.jobsReclaimed += entries.count
             self.logger.info("reclaimed idle entries", metadata: ["count": "\(entries.count)"])

@@ -111,28 +111,12 @@ struct MockAPNsCommand: ParsableCommand {
     }
 }
 
+/// A whole small text file, or a usage error naming it.
 func readFile(_ path: String) throws -> String {
-    guard let file = fopen(path, "rb") else {
-        throw ValidationError("cannot read \(path): \(String(cString: strerror(errno)))")
-    }
-    defer { fclose(file) }
-    var bytes: [UInt8] = []
-    var buffer = [UInt8](repeating: 0, count: 4096)
-    while true {
-        let count = fread(&buffer, 1, buffer.count, file)
-        if count <= 0 { break }
-        bytes.append(contentsOf: buffer[0..<count])
-    }
-    return String(decoding: bytes, as: UTF8.self)
+    do { return try PEMFile.read(path: path) } catch { throw ValidationError("\(error)") }
 }
 
+/// Replaces a file with `text`, with `mode` set before anything is written.
 func writeFile(_ path: String, _ text: String, mode: mode_t) throws {
-    let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
-    guard fd >= 0 else { throw ValidationError("cannot write \(path): \(String(cString: strerror(errno)))") }
-    defer { close(fd) }
-    fchmod(fd, mode)
-    let bytes = Array(text.utf8)
-    guard write(fd, bytes, bytes.count) == bytes.count else {
-        throw ValidationError("cannot write \(path): \(String(cString: strerror(errno)))")
-    }
+    do { try PEMFile.write(text, to: path, mode: mode) } catch { throw ValidationError("\(error)") }
 }
