@@ -14,7 +14,8 @@ struct LoadGenCommand: ParsableCommand {
             an outcome, stops what it started and reports. Drain mode (default) enqueues everything first \
             and starts the clock as the workers start; --rate paces the jobs instead (steady mode). \
             Latency runs from each job's enqueue time (stamped into the payload as "t") to the emulator's \
-            answer, recorded in an HdrHistogram. Progress shows on a terminal; in a pipe only the report.
+            answer, recorded in an HdrHistogram. Progress shows on a terminal; in a pipe only the report. \
+            Exits 2 when a notification was lost or duplicated, or the run timed out.
             """)
 
     @Option(help: "Notifications to send (jobs × --fanout).") var notifications = 100_000
