@@ -83,16 +83,8 @@ public final class ChildProcess {
     }
 
     static func lines(ofFile path: String) -> [String] {
-        guard let file = fopen(path, "rb") else { return [] }
-        defer { fclose(file) }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let count = fread(&buffer, 1, buffer.count, file)
-            if count <= 0 { break }
-            bytes.append(contentsOf: buffer[0..<count])
-        }
-        return bytes.split(separator: 0x0A).map { String(decoding: $0, as: UTF8.self) }
+        guard let text = readProcFile(path) else { return [] }
+        return text.split(separator: "\n").map(String.init)
     }
 
     /// Sends SIGTERM, waits up to `graceMilliseconds`, then SIGKILL. Returns the wait status.

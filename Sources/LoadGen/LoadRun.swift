@@ -325,7 +325,7 @@ public final class LoadRun {
             return APNsTarget(host: host, port: port, caFile: c.caFile, stats: stats, started: false)
         }
         let keyFile = directory + "/AuthKey_\(keyID).p8"
-        try LoadRun.writeFile(keyFile, ES256PrivateKey.generateP8(), mode: 0o600)
+        try PEMFile.write(ES256PrivateKey.generateP8(), to: keyFile, mode: 0o600)
         let certificate = directory + "/mock-apns.pem"
         var arguments = [executable, "mock-apns", "--host", "127.0.0.1", "--port", "0", "--cert-out", certificate,
                          "--jwt-key", keyFile, "--team-id", teamID, "--key-id", keyID, "--bundle-id", c.bundleID,
@@ -468,19 +468,6 @@ public final class LoadRun {
             closedir(handle)
         }
         rmdir(path)
-    }
-
-    static func writeFile(_ path: String, _ text: String, mode: mode_t) throws {
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
-        guard fd >= 0 else { throw LoadGenError("cannot write \(path): \(String(cString: strerror(errno)))") }
-        defer { close(fd) }
-        var bytes = Array(text.utf8)[...]
-        while !bytes.isEmpty {
-            let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-            if written < 0 && errno == EINTR { continue }
-            guard written > 0 else { throw LoadGenError("cannot write \(path): \(String(cString: strerror(errno)))") }
-            bytes = bytes.dropFirst(written)
-        }
     }
 }
 

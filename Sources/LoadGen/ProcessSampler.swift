@@ -1,4 +1,5 @@
 import Glibc
+import Transport
 
 /// CPU time and memory of the worker processes, read from /proc.
 ///
@@ -75,14 +76,5 @@ public final class ProcessSampler {
 
 /// A small /proc (or other text) file, whole; nil when it cannot be read.
 func readProcFile(_ path: String) -> String? {
-    let fd = open(path, O_RDONLY | O_CLOEXEC)
-    guard fd >= 0 else { return nil }
-    defer { close(fd) }
-    var bytes: [UInt8] = []
-    var buffer = [UInt8](repeating: 0, count: 8192)
-    while true {
-        let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        if count > 0 { bytes.append(contentsOf: buffer[0..<count]) } else if count < 0 && errno == EINTR { continue } else { break }
-    }
-    return String(decoding: bytes, as: UTF8.self)
+    try? PEMFile.read(path: path)
 }
