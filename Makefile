@@ -5,6 +5,7 @@
 #   make demo        the main job end to end: private redis-server, APNs emulator, 100,000 notifications
 #   make test        deps, build (the tests start the herald binary), then swift test
 #   make bench-send  herald send vs h2load against one emulator (Benchmarks/send-vs-h2load.sh)
+#   make bench-micro micro-benchmarks (Benchmarks/Package.swift, package-benchmark: time, mallocs)
 #   make clean       remove .build
 # Variables: SWIFT (default swift), BENCH_ARGS (extra arguments for bench-send).
 
@@ -24,7 +25,7 @@ DEB_PACKAGES := libnghttp2-dev libssl-dev libhiredis-dev redis-server nghttp2-cl
 # sudo only when not root (CI and the dev machines run as root).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps build release demo test bench-send clean
+.PHONY: deps build release demo test bench-send bench-micro clean
 
 deps:
 	@missing=""; \
@@ -58,3 +59,9 @@ bench-send: deps
 
 clean:
 	rm -rf .build
+
+# The micro-benchmarks are a package of their own (Benchmarks/.build); the first build takes
+# several minutes. `cd Benchmarks && swift package benchmark thresholds check` compares with
+# Benchmarks/Thresholds/.
+bench-micro: deps
+	cd Benchmarks && $(SWIFT) package benchmark

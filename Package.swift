@@ -11,6 +11,8 @@ let package = Package(
     platforms: [.macOS(.v14)],
     products: [
         .executable(name: "herald", targets: ["herald"]),
+        // For the micro-benchmark package (Benchmarks/Package.swift), which depends on this one by path.
+        .library(name: "HeraldCore", targets: ["APNs", "Queue", "Transport"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),

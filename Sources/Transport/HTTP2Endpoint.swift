@@ -219,6 +219,46 @@ public class HTTP2Endpoint: IOHandler, TickObserver {
         }
     }
 
+    // MARK: in memory (benchmarks and tests)
+
+    /// Starts the nghttp2 session with no socket and no TLS, as if a handshake had just finished,
+    /// so that two endpoints can be wired back to back in memory with `receiveInMemory` and
+    /// `sendInMemory`. A seam for the micro-benchmarks (`Benchmarks/`): production code never
+    /// calls it. Scheduled flushes find no TLS stream and do nothing; the caller pumps instead.
+    @_spi(Benchmarks)
+    public func startInMemory() throws(ConnectionError) {
+        precondition(fd < 0 && tls == nil && session == nil, "startInMemory on a connection that has a socket")
+        isOpen = true
+        lastReadAt = loop.now
+        try tlsEstablished()
+    }
+
+    /// Feeds bytes the peer "sent" to nghttp2, then lets the subclass react (completions, requests).
+    @_spi(Benchmarks)
+    public func receiveInMemory(_ bytes: UnsafeRawBufferPointer) {
+        guard isOpen, let session, bytes.count > 0 else { return }
+        let consumed = nghttp2_session_mem_recv(session, bytes.baseAddress!.assumingMemoryBound(to: UInt8.self), bytes.count)
+        sessionProcessedInput()
+        if consumed < 0 { terminate(.protocolError(String(cString: nghttp2_strerror(Int32(consumed))))) }
+    }
+
+    /// Hands every frame nghttp2 has ready to `sink`, chunk by chunk (each valid only during the
+    /// call), and returns the byte count. Stands in for `flush()` when there is no socket.
+    @_spi(Benchmarks)
+    @discardableResult
+    public func sendInMemory(_ sink: (UnsafeRawBufferPointer) -> Void) -> Int {
+        guard isOpen, let session else { return 0 }
+        var total = 0
+        while true {
+            var data: UnsafePointer<UInt8>? = nil
+            let length = nghttp2_session_mem_send(session, &data)
+            if length <= 0 { break }
+            sink(UnsafeRawBufferPointer(start: data, count: length))
+            total += length
+        }
+        return total
+    }
+
     // MARK: closing
 
     /// Closes the connection at once; in-flight work is the subclass's to account for in `didClose`.

@@ -6,7 +6,10 @@ import CNGHTTP2
 /// Owned by one connection. nghttp2 copies names and values during `nghttp2_submit_request`,
 /// so the same memory serves every request: building headers allocates nothing. `:path` is sent
 /// without HPACK indexing (it changes with every device token); the rest may be indexed.
-final class RequestHeaderBuilder {
+///
+/// SPI `Benchmarks` makes it reachable from the micro-benchmark package; it is not public API.
+@_spi(Benchmarks)
+public final class RequestHeaderBuilder {
     private let scratch: UnsafeMutablePointer<UInt8>
     private let scratchCapacity = 16 * 1024
     private let nva: UnsafeMutablePointer<nghttp2_nv>
@@ -34,7 +37,7 @@ final class RequestHeaderBuilder {
         }
     }
 
-    init(authority: String) {
+    public init(authority: String) {
         scratch = .allocate(capacity: scratchCapacity)
         nva = .allocate(capacity: nvaCapacity)
         let all = Name.allCases.map { Array($0.text.utf8) }
@@ -55,7 +58,7 @@ final class RequestHeaderBuilder {
     }
 
     /// Calls `body` with the header list for `notification`; the pointers are valid only inside it.
-    func withHeaders<R>(
+    public func withHeaders<R>(
         for notification: Notification, authorization: [UInt8]?,
         _ body: (UnsafePointer<nghttp2_nv>, Int) -> R
     ) -> R {
