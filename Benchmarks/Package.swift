@@ -1,5 +1,11 @@
 // swift-tools-version: 6.1
+import Foundation
 import PackageDescription
+
+/// SwiftPM names a path dependency after its folder (lowercased): `main` here, whatever a clone is
+/// called elsewhere.
+let herald = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+    .lastPathComponent.lowercased()
 
 /// Herald's micro-benchmarks (ordo-one package-benchmark): a package of its own so that the main
 /// build never compiles the benchmark tooling. Run from this folder:
@@ -18,14 +24,14 @@ let package = Package(
         // What the benchmarks and the profile driver share: inputs and the in-memory HTTP/2 pair.
         .target(
             name: "BenchmarkFixtures",
-            dependencies: [.product(name: "HeraldCore", package: "main")],
+            dependencies: [.product(name: "HeraldCore", package: herald)],
             path: "Sources/BenchmarkFixtures"),
         .executableTarget(
             name: "HeraldBenchmarks",
             dependencies: [
                 "BenchmarkFixtures",
                 .product(name: "Benchmark", package: "benchmark"),
-                .product(name: "HeraldCore", package: "main"),
+                .product(name: "HeraldCore", package: herald),
             ],
             path: "Benchmarks/HeraldBenchmarks",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
@@ -34,7 +40,7 @@ let package = Package(
         // hardware counters) and gdb (where an allocation comes from).
         .executableTarget(
             name: "herald-profile",
-            dependencies: ["BenchmarkFixtures", .product(name: "HeraldCore", package: "main")],
+            dependencies: ["BenchmarkFixtures", .product(name: "HeraldCore", package: herald)],
             path: "Sources/herald-profile"),
     ],
     swiftLanguageModes: [.v6]
