@@ -1,3 +1,5 @@
+import Observability
+
 /// What one load run measured, with its conditions: counts of every outcome (and of what was
 /// lost or duplicated), time and rate, latency percentiles, worker CPU and memory. `LoadRun`
 /// fills it; `herald loadgen` prints `text()` and writes `json()` and the plot.
@@ -177,26 +179,7 @@ struct JSONObjectText {
         value.isFinite ? PercentText.trimmed(value, digits: 6) : "null"
     }
 
-    static func string(_ text: String) -> String {
-        var out = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            default:
-                if scalar.value < 0x20 {
-                    let hex = String(scalar.value, radix: 16)
-                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                } else {
-                    out.unicodeScalars.append(scalar)
-                }
-            }
-        }
-        return out + "\""
-    }
+    static func string(_ text: String) -> String { LineLogHandler.jsonString(text) }
 }
 
 extension String {

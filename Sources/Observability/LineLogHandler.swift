@@ -58,7 +58,8 @@ public struct LineLogHandler: LogHandler {
         }
     }
 
-    static func jsonString(_ text: String) -> String {
+    /// `text` as a JSON string literal, quotes included (also the load generator's report).
+    public static func jsonString(_ text: String) -> String {
         var out = "\""
         for scalar in text.unicodeScalars {
             switch scalar {
