@@ -1,3 +1,4 @@
+import Glibc
 import APNs
 import Logging
 import Transport
@@ -80,6 +81,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     public func start() throws {
         let certificateFile: String
         let keyFile: String
+        var generatedDirectory: String? = nil
         if let cert = configuration.certificateFile, let key = configuration.keyFile {
             certificateFile = cert
             keyFile = key
@@ -87,6 +89,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         } else {
             let generated = try SelfSignedCertificate.generate()
             let directory = try makeTemporaryDirectory()
+            generatedDirectory = directory
             certificateFile = configuration.certificateOut ?? directory + "/mock-apns.pem"
             keyFile = directory + "/mock-apns.key"
             try generated.write(certificateTo: certificateFile, keyTo: keyFile)
@@ -96,6 +99,12 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
             try PEMFile.write(certificatePEM, to: out, mode: 0o644)
         }
         let context = try TLSContext(serverCertificateFile: certificateFile, keyFile: keyFile, clientCAFile: configuration.clientCAFile)
+        if let directory = generatedDirectory {
+            // OpenSSL holds the certificate and key now: leave nothing behind in /tmp.
+            unlink(keyFile)
+            if certificateFile.hasPrefix(directory + "/") { unlink(certificateFile) }
+            rmdir(directory)
+        }
         tlsContext = context
         listener = try HTTP2Listener(loop: loop, host: configuration.host, port: configuration.port) { [weak self] fd in
             self?.accept(fd)
