@@ -302,7 +302,8 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         if configuration.bundleID == nil, !pushType.topicSuffix.isEmpty, !topic.hasSuffix(pushType.topicSuffix) {
             return reject(400, "BadTopic")
         }
-        var priority: Priority? = nil
+        // Like APNs: no apns-priority header means 10 (which a background push may not use).
+        var priority: Priority? = .immediate
         if let text = request.header("apns-priority").value {
             guard let value = Int(text), let parsedPriority = Priority(rawValue: value) else { return reject(400, "BadPriority") }
             priority = parsedPriority

@@ -82,7 +82,12 @@ public final class RequestHeaderBuilder {
         add(3, writer.append(bytes: authority))
         add(4, writer.append(notification.pushType.rawValue))
         add(5, writer.append(notification.topic))
-        if let priority = notification.priority { add(6, writer.append(integer: Int64(priority.rawValue))) }
+        // APNs assumes 10 when the header is absent, which a background push may not use: send the
+        // push type's own default whenever it is not 10.
+        let defaultPriority = notification.pushType.defaultPriority
+        if let priority = notification.priority ?? (defaultPriority == .immediate ? nil : defaultPriority) {
+            add(6, writer.append(integer: Int64(priority.rawValue)))
+        }
         if let expiration = notification.expiration { add(7, writer.append(integer: expiration)) }
         if let collapseID = notification.collapseID { add(8, writer.append(collapseID)) }
         if let apnsID = notification.apnsID { add(9, writer.append(apnsID)) }

@@ -47,6 +47,29 @@ extension IntegrationTests {
             #expect(state.disagreements == 0)
         }
 
+        /// APNs reads a missing apns-priority as 10, which a background push may not use: Herald
+        /// sends the push type's default (5) itself, so a background job without a priority is taken.
+        @Test
+        func backgroundPushWithoutPriorityIsSentAtFive() async throws {
+            let bed = try await TestBed()
+            defer { bed.shutdown() }
+            try await bed.onLoop { bed in
+                try bed.startPool(connections: 1, maxStreams: 10)
+                let batch = (0..<5).map { index in
+                    APNs.Notification(
+                        deviceToken: TestBed.deviceToken(index: index, prefix: "b9"), topic: TestBed.topic, pushType: .background,
+                        apnsID: bed.apnsID(index: index), payload: Array(#"{"aps":{"content-available":1}}"#.utf8))
+                }
+                bed.recorder.enqueue(batch)
+                bed.recorder.feed(bed.pool)
+            }
+            let finished = await bed.waitForAllOutcomes()
+            let state = try await bed.onLoop { $0.snapshot() }
+            try #require(finished, "\(state)")
+            #expect(state.tally == ["accepted": 5], "\(state)")
+            #expect(state.emulator.rejected.isEmpty, "\(state)")
+        }
+
         @Test
         func badDeviceTokenIsReportedNotRetried() async throws {
             let bed = try await TestBed { $0.injectedErrors = [InjectedError(status: 400, reason: "BadDeviceToken", rate: 1)] }
