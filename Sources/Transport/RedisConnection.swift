@@ -279,15 +279,39 @@ public final class RedisConnection: IOHandler, TickObserver {
     }
 
     func appendArgument(integer: Int64) {
-        var digits: [UInt8] = []
-        var value = integer.magnitude
-        repeat { digits.append(UInt8(value % 10) + 0x30); value /= 10 } while value > 0
-        if integer < 0 { digits.append(0x2D) }
-        digits.reverse()
-        appendArgument(digits)
+        let length = (integer < 0 ? 1 : 0) + RedisConnection.decimalLength(integer.magnitude)
+        output.append(0x24)  // $
+        appendDecimal(length)
+        output.append(0x0D); output.append(0x0A)
+        if integer < 0 { output.append(0x2D) }
+        appendDecimal(integer.magnitude)
+        output.append(0x0D); output.append(0x0A)
+    }
+
+    /// `<milliseconds>-<sequence>` as one argument (a stream entry id), written without a String.
+    func appendArgument(entryMilliseconds milliseconds: UInt64, sequence: UInt64) {
+        let length = 1 + RedisConnection.decimalLength(milliseconds) + RedisConnection.decimalLength(sequence)
+        output.append(0x24)
+        appendDecimal(length)
+        output.append(0x0D); output.append(0x0A)
+        appendDecimal(milliseconds)
+        output.append(0x2D)
+        appendDecimal(sequence)
+        output.append(0x0D); output.append(0x0A)
+    }
+
+    static func decimalLength(_ value: UInt64) -> Int {
+        var length = 1
+        var rest = value / 10
+        while rest > 0 { length += 1; rest /= 10 }
+        return length
     }
 
     private func appendDecimal(_ value: Int) {
+        appendDecimal(UInt64(value))
+    }
+
+    private func appendDecimal(_ value: UInt64) {
         if value >= 10 { appendDecimal(value / 10) }
         output.append(UInt8(value % 10) + 0x30)
     }
@@ -482,4 +506,9 @@ public struct RedisCommandBuilder {
     public mutating func add(_ bytes: [UInt8]) { connection.appendArgument(bytes); written += 1 }
     public mutating func add(_ bytes: UnsafeRawBufferPointer) { connection.appendArgument(bytes); written += 1 }
     public mutating func add(integer: Int64) { connection.appendArgument(integer: integer); written += 1 }
+    /// A stream entry id, `<milliseconds>-<sequence>`.
+    public mutating func add(entryMilliseconds milliseconds: UInt64, sequence: UInt64) {
+        connection.appendArgument(entryMilliseconds: milliseconds, sequence: sequence)
+        written += 1
+    }
 }

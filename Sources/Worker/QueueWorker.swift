@@ -73,7 +73,17 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         let job: Job
         let lane: Int
         var remaining: Int
-        var superseded: [Bool]
+        /// Per token, set when a newer job with its collapse id arrived; empty until one does.
+        private(set) var superseded: [Bool] = []
+
+        func isSuperseded(_ tokenIndex: Int) -> Bool {
+            !superseded.isEmpty && superseded[tokenIndex]
+        }
+
+        func markSuperseded(_ tokenIndex: Int) {
+            if superseded.isEmpty { superseded = Array(repeating: false, count: job.tokens.count) }
+            superseded[tokenIndex] = true
+        }
         var feedback: [(token: String, reason: String, timestamp: Int64?)] = []
         var deadLetters: [(token: String, reason: String, message: String, status: Int)] = []
         var retryTokens: [String] = []
@@ -86,7 +96,6 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             self.job = job
             self.lane = lane
             remaining = job.tokens.count
-            superseded = Array(repeating: false, count: job.tokens.count)
             attempts = job.attempts
         }
     }
@@ -469,8 +478,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
 
     /// A queued token superseded by a newer job: counted when the queue reaches it.
     private func markSuperseded(_ record: JobRecord, _ tokenIndex: Int) {
-        guard !record.superseded[tokenIndex] else { return }
-        record.superseded[tokenIndex] = true
+        record.markSuperseded(tokenIndex)
     }
 
     // MARK: sending
@@ -494,7 +502,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 let key = collapseID + "\u{0}" + token.lowercased()
                 if queuedCollapse[key] == context { queuedCollapse[key] = nil }
             }
-            if record.superseded[tokenIndex] {
+            if record.isSuperseded(tokenIndex) {
                 counters.superseded += 1
                 complete(index)
                 continue
@@ -629,7 +637,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             let index = Int(context >> 16)
             guard index < jobs.count, let record = jobs[index] else { continue }
             let tokenIndex = Int(context & 0xFFFF)
-            if record.superseded[tokenIndex] {
+            if record.isSuperseded(tokenIndex) {
                 counters.superseded += 1
             } else {
                 record.retryTokens.append(record.job.tokens[tokenIndex])
@@ -760,11 +768,11 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         }
         writer.send(argumentCount: 3 + batch.count, { builder in
             builder.add("XACK"); builder.add(keys.jobs); builder.add(keys.group)
-            for finalization in batch { builder.add(finalization.entryID.description) }
+            for finalization in batch { builder.add(entryMilliseconds: finalization.entryID.milliseconds, sequence: finalization.entryID.sequence) }
         })
         writer.send(argumentCount: 2 + batch.count, { builder in
             builder.add("XDEL"); builder.add(keys.jobs)
-            for finalization in batch { builder.add(finalization.entryID.description) }
+            for finalization in batch { builder.add(entryMilliseconds: finalization.entryID.milliseconds, sequence: finalization.entryID.sequence) }
         })
         writer.send(["EXEC"]) { [weak self] result in
             guard let self else { return }
@@ -802,7 +810,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             let index = Int(context >> 16)
             guard let record = jobs[index] else { continue }
             let tokenIndex = Int(context & 0xFFFF)
-            if record.superseded[tokenIndex] {
+            if record.isSuperseded(tokenIndex) {
                 counters.superseded += 1
             } else {
                 record.retryTokens.append(record.job.tokens[tokenIndex])
