@@ -5,9 +5,10 @@
 #   make demo        the main job end to end: private redis-server, APNs emulator, 100,000 notifications
 #   make test        deps, build (the tests start the herald binary), then swift test
 #   make bench-send  herald send vs h2load against one emulator (Benchmarks/send-vs-h2load.sh)
+#   make bench-compare  h2load vs Herald's worker vs aioapns, latency sweep, 1 vs 2 workers (Benchmarks/compare.sh)
 #   make bench-micro micro-benchmarks (Benchmarks/Package.swift, package-benchmark: time, mallocs)
 #   make clean       remove .build
-# Variables: SWIFT (default swift), BENCH_ARGS (extra arguments for bench-send).
+# Variables: SWIFT (default swift), BENCH_ARGS (extra arguments for bench-send and bench-compare).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -18,14 +19,15 @@ BENCH_ARGS ?=
 
 # Debian packages: C libraries Herald links (nghttp2, OpenSSL, hiredis), the tools the
 # tests and benchmarks start (redis-server, h2load/nghttp, nghttpd, openssl) and
-# python3-cryptography for Benchmarks/tools/mint-jwt.py.
+# python3-cryptography for Benchmarks/tools/mint-jwt.py, python3-venv for the peer client's
+# virtualenv (Benchmarks/.venv, aioapns from PyPI).
 DEB_PACKAGES := libnghttp2-dev libssl-dev libhiredis-dev redis-server nghttp2-client \
-	nghttp2-server pkg-config openssl python3-cryptography
+	nghttp2-server pkg-config openssl python3-cryptography python3-venv
 
 # sudo only when not root (CI and the dev machines run as root).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps build release demo test bench-send bench-micro clean
+.PHONY: deps build release demo test bench-send bench-compare bench-micro clean
 
 deps:
 	@missing=""; \
@@ -56,6 +58,9 @@ test: deps
 
 bench-send: deps
 	bash Benchmarks/send-vs-h2load.sh $(BENCH_ARGS)
+
+bench-compare: deps
+	bash Benchmarks/compare.sh $(BENCH_ARGS)
 
 clean:
 	rm -rf .build

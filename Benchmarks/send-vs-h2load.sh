@@ -61,31 +61,14 @@ done
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 TOOLS="$ROOT/Benchmarks/tools"
 cd "$ROOT"
+# shellcheck source=tools/common.sh
+. "$TOOLS/common.sh"
 
-log() { echo "[bench] $*" >&2; }
+# --- tools, build ----------------------------------------------------------------------
+bench_require_h2load
+bench_find_python
+bench_resolve_herald "$BUILD"
 
-# --- tools ---------------------------------------------------------------------------
-command -v h2load >/dev/null || { echo "h2load not found: run 'make deps' (Debian nghttp2-client)" >&2; exit 69; }
-PYTHON=""
-for p in python3 /usr/bin/python3; do
-    if command -v "$p" >/dev/null && "$p" -c 'import cryptography' 2>/dev/null; then PYTHON="$p"; break; fi
-done
-[ -n "$PYTHON" ] || { echo "no python3 with the cryptography module: run 'make deps' (python3-cryptography)" >&2; exit 69; }
-
-# --- build -----------------------------------------------------------------------------
-if [ -n "${HERALD_BIN:-}" ]; then
-    BIN="$HERALD_BIN"
-elif [ "$BUILD" = 1 ]; then
-    log "swift build -c release --product herald (incremental)"
-    swift build -c release --product herald >&2
-    BIN="$(swift build -c release --show-bin-path)/herald"
-else
-    BIN="$ROOT/.build/release/herald"
-fi
-[ -x "$BIN" ] || { echo "no herald binary at $BIN" >&2; exit 69; }
-
-EMU_PIN=()
-CLIENT_PIN=()
 if [ "$PIN" = 1 ]; then
     command -v taskset >/dev/null || { echo "--pin needs taskset (util-linux)" >&2; exit 69; }
     [ "$(nproc)" -ge 2 ] || { echo "--pin needs at least 2 CPUs" >&2; exit 64; }
@@ -93,136 +76,16 @@ if [ "$PIN" = 1 ]; then
     CLIENT_PIN=(taskset -c 1)
 fi
 
-# --- emulator ------------------------------------------------------------------------
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/send-vs-h2load.XXXXXX")"
-EMU_PID=""
-cleanup() {
-    local rc=$?
-    if [ -n "$EMU_PID" ] && kill -0 "$EMU_PID" 2>/dev/null; then
-        kill -TERM "$EMU_PID" 2>/dev/null || true
-        for _ in $(seq 50); do kill -0 "$EMU_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$EMU_PID" 2>/dev/null || true
-    fi
-    rm -rf "$WORK"
-    exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
+# --- emulator, identical requests ------------------------------------------------------
+bench_make_workdir send-vs-h2load
 log "starting the emulator: herald mock-apns --port 0 --max-streams $STREAMS"
-"${EMU_PIN[@]}" "$BIN" mock-apns --port 0 --max-streams "$STREAMS" \
-    --cert-out "$WORK/ca.pem" --write-key "$WORK/key.p8" --stats-out "$WORK/stats.json" \
-    --log-level error >"$WORK/emulator.out" 2>"$WORK/emulator.err" </dev/null &
-EMU_PID=$!
-PORT=""
-for _ in $(seq 300); do
-    PORT="$(sed -n 's/^listening on .*:\([0-9][0-9]*\)$/\1/p' "$WORK/emulator.out" | head -1)"
-    [ -n "$PORT" ] && break
-    kill -0 "$EMU_PID" 2>/dev/null || break
-    sleep 0.1
-done
-if [ -z "$PORT" ]; then
-    echo "the emulator did not start:" >&2; cat "$WORK/emulator.out" "$WORK/emulator.err" >&2; exit 70
-fi
-log "emulator pid $EMU_PID on 127.0.0.1:$PORT"
-
-# --- identical requests --------------------------------------------------------------
-TEAM_ID=TEAM000001
-KEY_ID=KEY0000001
-BUNDLE_ID=com.example.app
-DEVICE_TOKEN=5d3f1c2b8a7e6f4091b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f6a7b8
-PRIORITY=10
+bench_start_emulator main
 "$PYTHON" "$TOOLS/make-payload.py" "$PAYLOAD_BYTES" "$WORK/payload.json"
 PAYLOAD="$(cat "$WORK/payload.json")"
 
-# Emulator counters, for per-run deltas (GET /_herald/stats over h2; needs curl with HTTP/2).
-CURL_H2=0
-if curl --version 2>/dev/null | grep -qi 'HTTP2'; then CURL_H2=1; fi
-stats_now() {
-    if [ "$CURL_H2" = 1 ]; then
-        curl -sk --http2 --max-time 10 "https://127.0.0.1:$PORT/_herald/stats" || echo '{}'
-    else
-        echo '{}'
-    fi
-}
-# delta BEFORE AFTER -> "accepted rejected_total streams connections rejected-reasons"
-# The GET that took AFTER is itself counted in it (one connection, one stream): left out.
-stats_delta() {
-    "$PYTHON" - "$1" "$2" <<'PY'
-import json, sys
-try:
-    a, b = json.loads(sys.argv[1] or "{}"), json.loads(sys.argv[2] or "{}")
-except ValueError:
-    a, b = {}, {}
-if not b:
-    print("- - - - -"); sys.exit()
-d = lambda k: b.get(k, 0) - a.get(k, 0)
-ra, rb = a.get("rejected", {}), b.get("rejected", {})
-reasons = {k: rb[k] - ra.get(k, 0) for k in rb if rb[k] - ra.get(k, 0)}
-print(d("accepted"), d("rejected_total"), d("streams") - 1, d("connections") - 1,
-      ",".join(f"{k}={v}" for k, v in sorted(reasons.items())) or "-")
-PY
-}
-
-# Waits for the client subshell $1; if the emulator dies meanwhile, stops the client and
-# the whole benchmark (numbers against a dead emulator mean nothing).
-watch_client() {
-    local sub="$1" rc=0
-    while kill -0 "$sub" 2>/dev/null; do
-        if ! kill -0 "$EMU_PID" 2>/dev/null; then
-            pkill -TERM -P "$sub" 2>/dev/null || true
-            wait "$sub" 2>/dev/null || true
-            emulator_died
-        fi
-        sleep 0.2
-    done
-    wait "$sub" || rc=$?
-    kill -0 "$EMU_PID" 2>/dev/null || emulator_died
-    return $rc
-}
-emulator_died() {
-    local rc=0
-    wait "$EMU_PID" 2>/dev/null || rc=$?
-    echo "[bench] FAILED: the emulator (pid $EMU_PID) exited during the run (exit status $rc)." >&2
-    if grep -q '^{' "$WORK/emulator.out" 2>/dev/null; then
-        echo "[bench] It printed its stats, so it stopped on SIGTERM/SIGINT from outside this script." >&2
-    fi
-    tail -n 20 "$WORK/emulator.out" "$WORK/emulator.err" >&2 || true
-    EMU_PID=""
-    exit 75
-}
-
 # --- one run of each tool ------------------------------------------------------------
 # Each prints one line: "rate seconds ok failed detail"
-run_h2load() {
-    local jwt out
-    jwt="$("$PYTHON" "$TOOLS/mint-jwt.py" --key "$WORK/key.p8" --team-id "$TEAM_ID" --key-id "$KEY_ID")"
-    out="$WORK/h2load.$1.out"
-    local TIMEFORMAT='%R %U %S'
-    { time "${CLIENT_PIN[@]}" h2load -n "$2" -c "$CONNECTIONS" -m "$STREAMS" -d "$WORK/payload.json" \
-        -H "authorization: bearer $jwt" \
-        -H "apns-topic: $BUNDLE_ID" \
-        -H "apns-push-type: alert" \
-        -H "apns-priority: $PRIORITY" \
-        "https://127.0.0.1:$PORT/3/device/$DEVICE_TOKEN" >"$out" 2>&1 </dev/null ; } 2>"$out.time" &
-    watch_client $! || true
-    "$PYTHON" - "$out" "$2" <<'PY'
-import re, sys
-text = open(sys.argv[1]).read()
-n = int(sys.argv[2])
-m = re.search(r"finished in ([0-9.]+)(us|ms|s),", text)
-codes = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", text)
-reqs = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored, (\d+) timeout", text)
-if not (m and codes and reqs):
-    sys.stderr.write(text); print("0 0 0 0 unparsed"); sys.exit()
-seconds = float(m.group(1)) / {"us": 1e6, "ms": 1e3, "s": 1}[m.group(2)]
-ok = int(codes.group(1))
-failed = n - ok  # h2load's failed already includes errored and timeout
-detail = f"failed={reqs.group(5)},errored={reqs.group(6)},timeout={reqs.group(7)},4xx={codes.group(3)},5xx={codes.group(4)}"
-print(f"{ok / seconds:.0f} {seconds:.3f} {ok} {failed} {detail}")
-PY
-}
+run_h2load() { bench_run_h2load "$@"; }
 
 run_herald() {
     local out rc=0 TIMEFORMAT='%R %U %S'
@@ -233,7 +96,7 @@ run_herald() {
         --payload "$PAYLOAD" --count "$2" --quiet \
         --connections "$CONNECTIONS" --max-streams "$STREAMS" --timeout $((60 + $2 / 500)) \
         >"$out" 2>&1 </dev/null ; } 2>"$out.time" &
-    watch_client $! || rc=$?
+    bench_watch_client $! || rc=$?
     "$PYTHON" - "$out" "$rc" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()
@@ -247,18 +110,9 @@ print(f"{accepted / seconds:.0f} {seconds:.3f} {accepted} {sent - accepted} {det
 PY
 }
 
-# CPU time (user+sys, in clock ticks) the emulator has used so far.
-CLK_TCK="$(getconf CLK_TCK)"
-emu_ticks() { awk '{print $14 + $15}' "/proc/$EMU_PID/stat" 2>/dev/null || echo 0; }
-
 # --- conditions ----------------------------------------------------------------------
-CPU_MODEL="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
-NPROC="$(nproc)"
-SWIFT_VERSION="$(swift --version 2>&1 | head -1 || echo unknown)"
-H2LOAD_VERSION="$(h2load --version 2>&1 | head -1)"
-COMMIT="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-DIRTY="$(git -C "$ROOT" status --porcelain -- Sources Package.swift 2>/dev/null | grep -q . && echo ' (+ uncommitted changes in Sources/Package.swift)' || true)"
-LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
+bench_conditions
+LOAD_BEFORE="$(bench_loadavg)"
 
 log "N=$N connections=$CONNECTIONS streams=$STREAMS payload=${PAYLOAD_BYTES}B runs=$RUNS"
 if [ "$WARMUP" -gt 0 ]; then
@@ -273,28 +127,26 @@ RESULTS="$WORK/results.tsv"
 for run in $(seq "$RUNS"); do
     if [ $((run % 2)) = 1 ]; then order="h2load herald"; else order="herald h2load"; fi
     for tool in $order; do
-        before="$(stats_now)"
-        emu_ticks_before="$(emu_ticks)"
+        before="$(bench_stats_now)"
+        emu_ticks_before="$(bench_emu_ticks)"
         log "run $run/$RUNS: $tool"
         run_$tool "$run" "$N" >"$WORK/line"
         line="$(cat "$WORK/line")"
-        emu_cpu="$(awk -v a="$emu_ticks_before" -v b="$(emu_ticks)" -v hz="$CLK_TCK" 'BEGIN{printf "%.2f", (b-a)/hz}')"
+        emu_cpu="$(bench_ticks_to_seconds "$emu_ticks_before" "$(bench_emu_ticks)")"
         # wall, user, sys of the client process (bash's time keyword)
         read -r c_wall c_user c_sys <"$WORK/$tool.$run.out.time" || { c_wall=0; c_user=0; c_sys=0; }
         client_cpu="$(awk -v u="$c_user" -v s="$c_sys" 'BEGIN{printf "%.2f", u+s}')"
-        after="$(stats_now)"
-        delta="$(stats_delta "$before" "$after")"
+        after="$(bench_stats_now)"
+        delta="$(bench_stats_delta "$before" "$after")"
         printf '%s\t%s\t%s\t%s\t%s %s %s\n' "$run" "$tool" "$line" "$delta" "$client_cpu" "$emu_cpu" "$c_wall" >>"$RESULTS"
         log "  $tool: $(echo "$line" | awk '{print $1}') /s ($line) emulator: $delta; cpu s: client $client_cpu, emulator $emu_cpu"
     done
 done
-LOAD_AFTER="$(cut -d' ' -f1-3 /proc/loadavg)"
+LOAD_AFTER="$(bench_loadavg)"
 
 # Stop the emulator: SIGTERM makes it write --stats-out.
-kill -TERM "$EMU_PID" 2>/dev/null || true
-wait "$EMU_PID" 2>/dev/null || true
-EMU_PID=""
-FINAL_STATS="$(cat "$WORK/stats.json" 2>/dev/null || echo '{}')"
+bench_stop_emulator
+FINAL_STATS="$(cat "$WORK/stats.main.json" 2>/dev/null || echo '{}')"
 
 # --- report --------------------------------------------------------------------------
 "$PYTHON" - "$RESULTS" "$JSON_OUT" "$FINAL_STATS" <<PY
