@@ -59,6 +59,63 @@ public enum RedisReplyReader {
         return records
     }
 
+    /// The entries of an XREAD/XREADGROUP reply straight from a connection's tape: one
+    /// allocation for each entry's field list and one per field value, none for the reply's
+    /// structure. An entry deleted while pending comes back with no fields. An error reply
+    /// comes back as `.failure` with Redis' message.
+    public static func readEntries(tape: RedisReplyTape) -> Result<[StreamRecord], RedisError> {
+        let nodes = tape.nodes
+        guard let root = nodes.first else { return .success([]) }
+        switch root.kind {
+        case .error: return .failure(.server(tape.withBytes(of: 0) { String(decoding: $0, as: UTF8.self) }))
+        case .array: break
+        default: return .success([])
+        }
+        var records: [StreamRecord] = []
+        var index = 1
+        for _ in 0..<root.value {
+            // [key, entries]
+            guard nodes[index].kind == .array, nodes[index].value == 2 else { index = tape.skip(index); continue }
+            index += 2  // the pair, then the key
+            guard nodes[index - 1].kind == .string, nodes[index].kind == .array else { index = tape.skip(index); continue }
+            let entryCount = Int(nodes[index].value)
+            index += 1
+            records.reserveCapacity(records.count + entryCount)
+            for _ in 0..<entryCount { index = entry(tape, at: index, into: &records) }
+        }
+        return .success(records)
+    }
+
+    /// Reads the entry `[id, [field, value, …] | nil]` at `index`; returns the index after it.
+    private static func entry(_ tape: RedisReplyTape, at index: Int, into records: inout [StreamRecord]) -> Int {
+        let nodes = tape.nodes
+        guard nodes[index].kind == .array, nodes[index].value == 2, nodes[index + 1].kind == .string else {
+            return tape.skip(index)
+        }
+        let id = tape.withBytes(of: index + 1) { StreamEntryID(bytes: $0) }
+        var next = index + 2
+        var fields: [(name: String, value: [UInt8])] = []
+        if nodes[next].kind == .array {
+            let count = Int(nodes[next].value)
+            fields.reserveCapacity(count / 2)
+            next += 1
+            var pair = 0
+            while pair + 1 < count {
+                if nodes[next].kind == .string && nodes[next + 1].kind == .string {
+                    let name = tape.withBytes(of: next) { String(decoding: $0, as: UTF8.self) }
+                    fields.append((name, tape.byteArray(of: next + 1)))
+                }
+                next = tape.skip(tape.skip(next))
+                pair += 2
+            }
+            if pair < count { next = tape.skip(next) }
+        } else {
+            next = tape.skip(next)
+        }
+        if let id { records.append(StreamRecord(id: id, fields: fields)) }
+        return next
+    }
+
     /// A flat `[key, value, key, value, …]` reply (XINFO) as a dictionary.
     public static func map(_ reply: RedisReply) -> [String: RedisReply] {
         guard case .array(let flat) = reply else { return [:] }

@@ -15,7 +15,7 @@ public struct StreamEntryID: Hashable, Comparable, Sendable, CustomStringConvert
         self.init(milliseconds: milliseconds, sequence: sequence)
     }
 
-    public init?(bytes: [UInt8]) {
+    public init?(bytes: some Sequence<UInt8>) {
         var milliseconds: UInt64 = 0
         var sequence: UInt64 = 0
         var seenDash = false

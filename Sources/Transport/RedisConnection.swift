@@ -155,6 +155,20 @@ public protocol RedisConnectionDelegate: AnyObject {
 /// drops, every pending completion gets `.connectionLost`; reconnecting is the owner's decision.
 public final class RedisConnection: IOHandler, TickObserver {
     public typealias Completion = (Result<RedisReply, RedisError>) -> Void
+    /// Gets the reply as the connection's tape, valid only during the call (no copy of the reply).
+    public typealias RawCompletion = (Result<RedisReplyTape, RedisError>) -> Void
+
+    enum Pending {
+        case reply(Completion?)
+        case raw(RawCompletion)
+
+        func fail(_ error: RedisError) {
+            switch self {
+            case .reply(let completion): completion?(.failure(error))
+            case .raw(let completion): completion(.failure(error))
+            }
+        }
+    }
 
     public let loop: EventLoop
     public let endpoint: RedisEndpoint
@@ -165,7 +179,8 @@ public final class RedisConnection: IOHandler, TickObserver {
     private var reader: UnsafeMutablePointer<redisReader>?
     private var output: [UInt8] = []
     private var outputOffset = 0
-    private var completions: [Completion?] = []
+    private var completions: [Pending] = []
+    private let tape = RedisReplyTape()
     private var completionHead = 0
     private var flushScheduled = false
     private var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
@@ -193,7 +208,7 @@ public final class RedisConnection: IOHandler, TickObserver {
             fail(.connectFailed("\(endpoint): \(error)"))
             return
         }
-        reader = redisReaderCreate()
+        reader = RedisReplyTape.makeReader(for: tape)
         connecting = true
         connectTimer = loop.schedule(afterMilliseconds: 5_000) { [weak self] in
             guard let self, self.connecting else { return }
@@ -316,12 +331,22 @@ public final class RedisConnection: IOHandler, TickObserver {
         output.append(UInt8(value % 10) + 0x30)
     }
 
+    /// Queues one command whose reply is read straight from the tape (see `RawCompletion`).
+    public func sendRaw(_ arguments: [String], _ completion: @escaping RawCompletion) {
+        beginCommand(count: arguments.count)
+        for argument in arguments { appendArgument(argument) }
+        endCommand(.raw(completion))
+    }
+
     private func endCommand(_ completion: Completion?) {
-        completions.append(completion)
+        endCommand(.reply(completion))
+    }
+
+    private func endCommand(_ pending: Pending) {
+        completions.append(pending)
         if closed {
             // Answer at once: the caller learns the connection is gone.
-            let pending = completion
-            loop.schedule(afterMilliseconds: 0) { pending?(.failure(.connectionLost("not connected"))) }
+            loop.schedule(afterMilliseconds: 0) { pending.fail(.connectionLost("not connected")) }
             completions.removeLast()
             output.removeAll(keepingCapacity: true)
             return
@@ -422,15 +447,14 @@ public final class RedisConnection: IOHandler, TickObserver {
                 fail(.protocolError("unreadable reply"))
                 return false
             }
-            guard let raw else { return true }
-            let reply = RedisConnection.convert(raw.assumingMemoryBound(to: redisReply.self))
-            freeReplyObject(raw)
+            guard raw != nil else { return true }
+            defer { tape.reset() }
             guard completionHead < completions.count else {
                 fail(.protocolError("a reply nobody asked for"))
                 return false
             }
             let completion = completions[completionHead]
-            completions[completionHead] = nil
+            completions[completionHead] = .reply(nil)
             completionHead += 1
             if completionHead == completions.count {
                 completions.removeAll(keepingCapacity: true)
@@ -439,29 +463,11 @@ public final class RedisConnection: IOHandler, TickObserver {
                 completions.removeFirst(completionHead)
                 completionHead = 0
             }
-            completion?(.success(reply))
+            switch completion {
+            case .reply(let completion): completion?(.success(tape.reply()))
+            case .raw(let completion): completion(.success(tape))
+            }
             if closed { return false }
-        }
-    }
-
-    static func convert(_ reply: UnsafeMutablePointer<redisReply>) -> RedisReply {
-        let value = reply.pointee
-        switch value.type {
-        case REDIS_REPLY_STRING:
-            return .bulk(Array(UnsafeRawBufferPointer(start: value.str, count: value.len)))
-        case REDIS_REPLY_STATUS:
-            return .status(String(decoding: UnsafeRawBufferPointer(start: value.str, count: value.len), as: UTF8.self))
-        case REDIS_REPLY_ERROR:
-            return .error(String(decoding: UnsafeRawBufferPointer(start: value.str, count: value.len), as: UTF8.self))
-        case REDIS_REPLY_INTEGER:
-            return .integer(Int64(value.integer))
-        case REDIS_REPLY_ARRAY:
-            var elements: [RedisReply] = []
-            elements.reserveCapacity(value.elements)
-            for index in 0..<value.elements { elements.append(convert(value.element[index]!)) }
-            return .array(elements)
-        default:
-            return .null
         }
     }
 
@@ -483,7 +489,7 @@ public final class RedisConnection: IOHandler, TickObserver {
         outputOffset = 0
         let lost: RedisError
         if case .connectionLost = error { lost = error } else { lost = .connectionLost(error.description) }
-        for completion in pending { completion?(.failure(lost)) }
+        for completion in pending { completion.fail(lost) }
         delegate?.redisConnectionClosed(self, error: error)
     }
 }

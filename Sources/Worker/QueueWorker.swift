@@ -344,16 +344,16 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         var arguments: [String] = ["XREADGROUP", "GROUP", keys.group, configuration.consumer, "COUNT", String(count)]
         if !recoveringPending { arguments += ["BLOCK", String(configuration.blockMilliseconds)] }
         arguments += ["STREAMS", keys.jobs, id]
-        reader.send(arguments) { [weak self] result in
+        // The batch is read straight from the connection's reply tape: no RedisReply tree per entry.
+        reader.sendRaw(arguments) { [weak self] result in
             guard let self else { return }
             self.readInFlight = false
-            switch result {
+            switch result.map({ RedisReplyReader.readEntries(tape: $0) }) {
             case .failure:
                 return
-            case .success(.error(let message)):
-                self.handleRedisError(message)
-            case .success(let reply):
-                let entries = RedisReplyReader.readEntries(reply)
+            case .success(.failure(let error)):
+                if case .server(let message) = error { self.handleRedisError(message) }
+            case .success(.success(let entries)):
                 if self.recoveringPending {
                     if entries.isEmpty {
                         self.recoveringPending = false
