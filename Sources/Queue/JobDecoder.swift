@@ -81,7 +81,8 @@ public enum JobDecoder {
         // The whole notification is checked once; the other tokens only as tokens.
         var checkedTemplate = false
         for candidate in tokenList {
-            if let error = tokenError(candidate) {
+            // A single token is checked by validate() below; only fan-out tokens need the quick check.
+            if tokenList.count > 1, let error = tokenError(candidate) {
                 invalid.append((candidate, error))
                 continue
             }
@@ -110,12 +111,17 @@ public enum JobDecoder {
 
     /// The token rule alone (hex, even length), as `Notification.validate()` states it.
     static func tokenError(_ token: String) -> NotificationError? {
-        var length = 0
-        for (offset, byte) in token.utf8.enumerated() {
-            let hex = (byte >= 0x30 && byte <= 0x39) || (byte >= 0x61 && byte <= 0x66) || (byte >= 0x41 && byte <= 0x46)
-            if !hex { return .badDeviceToken(tokenPrefix: String(token.prefix(8)), offset: offset) }
-            length += 1
+        var token = token
+        let badOffset = token.withUTF8 { bytes -> Int? in
+            for offset in 0..<bytes.count {
+                let byte = bytes[offset]
+                let hex = (byte >= 0x30 && byte <= 0x39) || (byte >= 0x61 && byte <= 0x66) || (byte >= 0x41 && byte <= 0x46)
+                if !hex { return offset }
+            }
+            return nil
         }
+        if let badOffset { return .badDeviceToken(tokenPrefix: String(token.prefix(8)), offset: badOffset) }
+        let length = token.utf8.count
         if length == 0 { return .missingDeviceToken }
         if length % 2 != 0 { return .deviceTokenOddLength(tokenPrefix: String(token.prefix(8)), length: length) }
         return nil

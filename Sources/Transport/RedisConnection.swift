@@ -327,8 +327,14 @@ public final class RedisConnection: IOHandler, TickObserver {
     }
 
     private func appendDecimal(_ value: UInt64) {
-        if value >= 10 { appendDecimal(value / 10) }
-        output.append(UInt8(value % 10) + 0x30)
+        var divisor: UInt64 = 1
+        while value / divisor >= 10 { divisor *= 10 }
+        var rest = value
+        while divisor > 0 {
+            output.append(UInt8(rest / divisor) + 0x30)
+            rest %= divisor
+            divisor /= 10
+        }
     }
 
     /// Queues one command whose reply is read straight from the tape (see `RawCompletion`).
