@@ -633,7 +633,14 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         while let context = lane.next() { parked.append(context) }
         lane.compact()
         parked.append(contentsOf: pool.takeQueuedResends().map(\.context))
-        for context in parked {
+        _ = handBack(parked, delay: QueueWorker.credentialsRetryMilliseconds)
+    }
+
+    /// Puts unsent tokens in their jobs' retry entries (no attempt counted), each due after
+    /// `delay`, and completes them; returns how many were handed back (superseded ones are not).
+    private func handBack(_ contexts: [UInt64], delay: Int64) -> Int {
+        var handedBack = 0
+        for context in contexts {
             let index = Int(context >> 16)
             guard index < jobs.count, let record = jobs[index] else { continue }
             let tokenIndex = Int(context & 0xFFFF)
@@ -642,10 +649,12 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             } else {
                 record.retryTokens.append(record.job.tokens[tokenIndex])
                 record.handedBack += 1
-                record.retryDelay = max(record.retryDelay, QueueWorker.credentialsRetryMilliseconds)
+                record.retryDelay = max(record.retryDelay, delay)
+                handedBack += 1
             }
             complete(index)
         }
+        return handedBack
     }
 
     // MARK: finishing jobs
@@ -800,26 +809,13 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
 
     /// Tokens never sent go back to the queue (retry set, due now) so other workers take them at once.
     private func handBackQueued() {
-        var handedBack = 0
         var contexts: [UInt64] = []
         for lane in lanes {
             while let context = lane.next() { contexts.append(context) }
             lane.compact()
         }
-        for context in contexts {
-            let index = Int(context >> 16)
-            guard let record = jobs[index] else { continue }
-            let tokenIndex = Int(context & 0xFFFF)
-            if record.isSuperseded(tokenIndex) {
-                counters.superseded += 1
-            } else {
-                record.retryTokens.append(record.job.tokens[tokenIndex])
-                record.handedBack += 1
-                counters.handedBack += 1
-                handedBack += 1
-            }
-            complete(index)
-        }
+        let handedBack = handBack(contexts, delay: 0)
+        counters.handedBack += handedBack
         if handedBack > 0 { logger.info("handed back unsent notifications", metadata: ["count": "\(handedBack)"]) }
     }
 
