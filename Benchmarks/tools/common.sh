@@ -80,6 +80,7 @@ bench_start_emulator() {
     local tag="$1"; shift
     "${EMU_PIN[@]}" "$BIN" mock-apns --port 0 --max-streams "$STREAMS" \
         --cert-out "$WORK/ca.pem" --write-key "$WORK/key.p8" --stats-out "$WORK/stats.$tag.json" \
+        --expect-notifications "$(( ${N:-100000} * 8 ))" \
         --log-level error "$@" >"$WORK/emulator.$tag.out" 2>"$WORK/emulator.$tag.err" </dev/null &
     EMU_PID=$!
     PORT=""

@@ -330,7 +330,8 @@ public final class LoadRun {
         var arguments = [executable, "mock-apns", "--host", "127.0.0.1", "--port", "0", "--cert-out", certificate,
                          "--jwt-key", keyFile, "--team-id", teamID, "--key-id", keyID, "--bundle-id", c.bundleID,
                          "--max-streams", String(c.maxStreams), "--latency-ms", String(c.latencyMilliseconds),
-                         "--measure-latency", "--stats-port", "0", "--log-level", "warning"]
+                         "--measure-latency", "--stats-port", "0", "--log-level", "warning",
+                         "--expect-notifications", String(c.notifications)]
         for error in c.errors { arguments += ["--error", error] }
         if let goAway = c.goAwayAfter { arguments += ["--goaway-after", String(goAway)] }
         if let prefix = c.unregisteredPrefix { arguments += ["--unregistered-prefix", prefix] }

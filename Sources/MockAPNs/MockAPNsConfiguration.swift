@@ -62,6 +62,8 @@ public struct MockAPNsConfiguration: Sendable {
     /// Record enqueue-to-answer latency of accepted requests from the payload's top-level `"t"`
     /// (ms or µs since the epoch; see `LatencyRecorder`). Off by default: it costs a payload scan.
     public var measureLatency = false
+    /// How many distinct apns-ids to make room for up front (benchmarks: their notification count).
+    public var expectedNotifications = 0
     /// Seed for the injected-error draws (reproducible runs).
     public var seed: UInt64 = 0x4845_5241_4c44
     /// Clock for token ages and the 20-minute rule (tests inject a manual one).

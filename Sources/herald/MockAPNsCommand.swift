@@ -37,6 +37,7 @@ struct MockAPNsCommand: ParsableCommand {
     @Option(name: .customLong("disconnect-after"), help: "Each connection is dropped without GOAWAY after this many streams.") var disconnectAfter: Int?
     @Option(name: .customLong("stats-out"), help: "Write the counts as JSON here on exit.") var statsOut: String?
     @Option(name: .customLong("stats-port"), help: "Also serve GET /_herald/stats over plain HTTP/1.1 on this port of --host (0 picks one; prints `stats on HOST:PORT`).") var statsPort: Int?
+    @Option(name: .customLong("expect-notifications"), help: "Make room for this many apns-ids up front, so counting them never pauses a benchmark.") var expectNotifications = 0
     @Flag(name: .customLong("measure-latency"), help: "Record enqueue-to-answer latency of accepted requests from the payload's top-level \"t\" (ms or µs since the epoch); percentiles go into the stats.") var measureLatency = false
     @Option(name: .customLong("log-level")) var logLevel: String?
 
@@ -66,6 +67,7 @@ struct MockAPNsCommand: ParsableCommand {
         configuration.teamID = teamID
         configuration.keyID = keyID
         configuration.measureLatency = measureLatency
+        configuration.expectedNotifications = max(0, expectNotifications)
         if let writeKey {
             let pem = try ES256PrivateKey.generateP8()
             try writeFile(writeKey, pem, mode: 0o600)
