@@ -79,7 +79,7 @@ public struct Job: Sendable {
         var notification = template
         notification.deviceToken = token
         notification.apnsID = explicitAPNsID
-            ?? StableID.apnsID(origin: apnsIDNamespace.isEmpty ? apnsIDBase : apnsIDNamespace + "/" + apnsIDBase, token: token)
+            ?? StableID.apnsID(namespace: apnsIDNamespace, origin: apnsIDBase, token: token)
         return notification
     }
 

@@ -4,10 +4,20 @@ import APNs
 /// and the device token: the same on every retry and on every worker, so a duplicate after a
 /// crash carries the same `apns-id` as the original.
 public enum StableID {
-    /// A canonical lowercase UUID from `origin` and `token` (FNV-1a 64 twice, with SplitMix finishing).
-    public static func apnsID(origin: String, token: String) -> String {
+    /// A canonical lowercase UUID from `origin` and `token` (FNV-1a 64 twice, with SplitMix
+    /// finishing). A non-empty `namespace` (the queue) is hashed first, as if written
+    /// `namespace/origin`, without building that string.
+    public static func apnsID(namespace: String = "", origin: String, token: String) -> String {
         var high: UInt64 = 0xcbf2_9ce4_8422_2325
         var low: UInt64 = 0x8422_2325_cbf2_9ce4
+        if !namespace.isEmpty {
+            for byte in namespace.utf8 {
+                high = (high ^ UInt64(byte)) &* 0x100_0000_01b3
+                low = (low ^ UInt64(byte)) &* 0x100_0000_01b3 ^ 0x9E37
+            }
+            high = (high ^ 0x2F) &* 0x100_0000_01b3
+            low = (low ^ 0x2F) &* 0x100_0000_01b3 ^ 0x9E37
+        }
         for byte in origin.utf8 {
             high = (high ^ UInt64(byte)) &* 0x100_0000_01b3
             low = (low ^ UInt64(byte)) &* 0x100_0000_01b3 ^ 0x9E37

@@ -109,6 +109,9 @@ import Testing
         let news = try Self.decode([("token", Self.token), ("payload", "{}")],
                                    defaults: JobDefaults(bundleID: "com.example.app", apnsIDNamespace: "news")).get()
         #expect(orders.notification(forToken: Self.token).apnsID != news.notification(forToken: Self.token).apnsID)
+        // The namespace hashes exactly as if the origin were written "orders/<origin>".
+        #expect(orders.notification(forToken: Self.token).apnsID
+                == StableID.apnsID(origin: "orders/" + orders.origin, token: Self.token))
     }
 
     @Test func retriedJobKeepsItsOriginAndDerivedID() throws {
