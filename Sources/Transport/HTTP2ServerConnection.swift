@@ -67,6 +67,12 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
     public private(set) var streamsReceived = 0
     /// Opaque per-connection state for the delegate (the emulator keeps its token bookkeeping here).
     public var userState: AnyObject?
+    /// The `last_stream_id` of the GOAWAY this server sent, if any. Streams above it are refused,
+    /// never handed to the delegate: the client was told they were not processed and sends them
+    /// again elsewhere, so answering them would deliver them twice.
+    public private(set) var goAwayLastStreamID: Int32 = .max
+    /// Streams refused because they arrived after this server's GOAWAY.
+    public private(set) var streamsRefusedAfterGoAway = 0
 
     /// Requests being received, in slots reused from stream to stream (the stream's nghttp2 user
     /// data is its slot index + 1), so a request costs no dictionary and keeps its buffers.
@@ -87,6 +93,17 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
         responseNames.initialize(from: HTTP2ServerConnection.nameBytes, count: HTTP2ServerConnection.nameBytes.count)
         super.init(loop: loop, host: "client")
         try adopt(fd: fd, context: tlsContext)
+    }
+
+    /// A connection with no socket, wired to a peer in memory with `startInMemory`,
+    /// `receiveInMemory` and `sendInMemory` (tests and micro-benchmarks).
+    @_spi(Benchmarks)
+    public init(inMemoryOn loop: EventLoop, identifier: Int = 0, initialMaxConcurrentStreams: UInt32) {
+        self.identifier = identifier
+        self.initialMaxConcurrentStreams = initialMaxConcurrentStreams
+        responseNames = .allocate(capacity: HTTP2ServerConnection.nameBytes.count)
+        responseNames.initialize(from: HTTP2ServerConnection.nameBytes, count: HTTP2ServerConnection.nameBytes.count)
+        super.init(loop: loop, host: "client")
     }
 
     override func tlsEstablished() throws(ConnectionError) {
@@ -164,8 +181,14 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
     }
 
     /// Sends GOAWAY with `lastStreamID` (streams above it were not processed) and a JSON reason.
+    ///
+    /// From here on, streams above `lastStreamID` are refused (RST_STREAM REFUSED_STREAM) instead of
+    /// reaching the delegate. nghttp2 itself only starts ignoring them once the GOAWAY frame is
+    /// serialized, and when the socket is backed up (a busy client) more requests can arrive before
+    /// that: the client, told they were not processed, would send them again.
     public func sendGoAway(lastStreamID: Int32, errorCode: UInt32 = 0, reasonJSON: String?) {
         guard let session, isOpen else { return }
+        goAwayLastStreamID = min(goAwayLastStreamID, lastStreamID)
         var data = Array((reasonJSON ?? "").utf8)
         _ = nghttp2_submit_goaway(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), lastStreamID, errorCode, &data, data.count)
         scheduleFlush()
@@ -188,6 +211,14 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
         ready.removeAll(keepingCapacity: true)
         for streamID in batch {
             guard let index = slotIndex(streamID) else { continue }
+            if streamID > goAwayLastStreamID {
+                streamsRefusedAfterGoAway += 1
+                if let session {
+                    _ = nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, UInt32(NGHTTP2_REFUSED_STREAM.rawValue))
+                }
+                scheduleFlush()
+                continue
+            }
             delegate?.connection(self, received: slots[index])
         }
     }

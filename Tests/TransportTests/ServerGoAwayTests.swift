@@ -1,0 +1,88 @@
+import APNs
+import Testing
+
+@_spi(Benchmarks) @testable import Transport
+
+/// Herald's client (`APNsConnection`) and the emulator's server connection (`HTTP2ServerConnection`)
+/// wired back to back in memory, so the order in which bytes cross can be chosen exactly.
+struct ServerGoAwayTests {
+    final class Server: HTTP2ServerConnectionDelegate {
+        var received: [Int32] = []
+        func connection(_ connection: HTTP2ServerConnection, received request: HTTP2ServerRequest) {
+            received.append(request.streamID)
+            connection.respond(streamID: request.streamID, status: 200, apnsID: nil, body: [])
+        }
+        func connectionClosed(_ connection: HTTP2ServerConnection, error: ConnectionError?) {}
+    }
+
+    final class Client: APNsConnectionDelegate {
+        var outcomes: [UInt64: DeliveryOutcome] = [:]
+        var closed = false
+        func connectionIsReady(_ connection: APNsConnection) {}
+        func connection(_ connection: APNsConnection, completed request: PendingRequest, outcome: DeliveryOutcome) {
+            outcomes[request.context] = outcome
+        }
+        func connectionSlotsChanged(_ connection: APNsConnection) {}
+        func connectionClosed(_ connection: APNsConnection, error: ConnectionError?) { closed = true }
+    }
+
+    static func request(_ index: UInt64) -> PendingRequest {
+        let notification = Notification(
+            deviceToken: String(repeating: "ab", count: 32), topic: "com.example.herald", pushType: .alert,
+            apnsID: UUIDString.make(high: 0x4845_5241_4c44, low: index), payload: Array(#"{"aps":{"alert":"hi"}}"#.utf8))
+        return PendingRequest(notification: notification, context: index)
+    }
+
+    /// A GOAWAY the server decided on but could not write yet (its socket was full) must still
+    /// bind it: requests that arrive meanwhile on higher streams are refused, not answered. The
+    /// client reads them as "not processed" and resends them; had the server answered them too,
+    /// each would be delivered twice (seen in CI as hundreds of duplicates under GOAWAY storms).
+    @Test func streamsArrivingAfterAnUnsentGoAwayAreRefusedNotAnswered() throws {
+        let loop = try EventLoop()
+        let server = HTTP2ServerConnection(inMemoryOn: loop, initialMaxConcurrentStreams: 100)
+        let serverDelegate = Server()
+        server.delegate = serverDelegate
+        let client = APNsConnection(
+            loop: loop, host: "api.push.apple.com", port: 443, tlsContext: try TLSContext(clientTrusting: nil), maxStreams: 100)
+        let clientDelegate = Client()
+        client.delegate = clientDelegate
+        client.setAuthorization(jwt: "header.claims.signature", generation: 1)
+        try client.startInMemory()
+        try server.startInMemory()
+        func clientToServer() -> Int { client.sendInMemory { server.receiveInMemory($0) } }
+        func serverToClient() -> Int { server.sendInMemory { client.receiveInMemory($0) } }
+        for _ in 0..<4 { _ = clientToServer(); _ = serverToClient() }
+        try #require(client.streamSlots == 100, "the server's SETTINGS reached the client")
+
+        // Stream 1 reaches the server, which answers it and decides to go away after it.
+        #expect(client.submit(Self.request(1)))
+        _ = clientToServer()
+        #expect(serverDelegate.received == [1])
+        server.sendGoAway(lastStreamID: 1, reasonJSON: #"{"reason":"Shutdown"}"#)
+
+        // Before the GOAWAY leaves the server, the client opens streams 3 and 5.
+        #expect(client.submit(Self.request(3)))
+        #expect(client.submit(Self.request(5)))
+        _ = clientToServer()
+        #expect(serverDelegate.received == [1], "streams above the GOAWAY's last_stream_id never reach the emulator")
+        #expect(server.streamsRefusedAfterGoAway == 2)
+
+        // Now everything crosses: stream 1 is accepted, 3 and 5 come back as never processed.
+        var moved = 1
+        var rounds = 0
+        while moved > 0 && rounds < 20 {
+            moved = serverToClient() + clientToServer()
+            rounds += 1
+        }
+        #expect(clientDelegate.outcomes[1] == .accepted)
+        for index: UInt64 in [3, 5] {
+            let outcome = clientDelegate.outcomes[index]
+            guard case .retryOnAnotherConnection(let cause)? = outcome else {
+                Issue.record("stream of request \(index): \(String(describing: outcome))")
+                continue
+            }
+            #expect(!cause.countsAsAttempt, "request \(index) was not processed: \(cause)")
+        }
+        #expect(clientDelegate.outcomes.count == 3)
+    }
+}
