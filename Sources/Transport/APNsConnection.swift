@@ -203,7 +203,8 @@ public final class APNsConnection: HTTP2Endpoint {
         // Assume one stream until the peer's SETTINGS arrive: APNs starts connections at one.
         nghttp2_option_set_peer_max_concurrent_streams(option, 1)
         var newSession: OpaquePointer? = nil
-        let rc = nghttp2_session_client_new2(&newSession, callbacks, Unmanaged.passUnretained(self).toOpaque(), option)
+        var mem = pooledAllocator()
+        let rc = nghttp2_session_client_new3(&newSession, callbacks, Unmanaged.passUnretained(self).toOpaque(), option, &mem)
         guard rc == 0, let newSession else { throw .protocolError("nghttp2_session_client_new failed (\(rc))") }
         session = newSession
         var settings = [

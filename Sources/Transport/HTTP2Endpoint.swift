@@ -51,6 +51,8 @@ public class HTTP2Endpoint: IOHandler, TickObserver {
     private var tlsWantsWriteForRead = false
     /// Monotonic time of the last byte read: the liveness signal for PINGs.
     public private(set) var lastReadAt: Int64 = 0
+    /// Free lists for this endpoint's nghttp2 session (see `herald_pool_new`); outlives it.
+    let memoryPool: OpaquePointer = herald_pool_new()
 
     static let outBufferTarget = 64 * 1024
 
@@ -64,7 +66,21 @@ public class HTTP2Endpoint: IOHandler, TickObserver {
     deinit {
         readBuffer.deallocate()
         if let session { nghttp2_session_del(session) }
+        herald_pool_delete(memoryPool)
         if fd >= 0 { close(fd) }
+    }
+
+    /// The allocator to create this endpoint's nghttp2 session with: blocks recycled on this loop.
+    func pooledAllocator() -> nghttp2_mem {
+        var mem = nghttp2_mem()
+        herald_pool_nghttp2_mem(memoryPool, &mem)
+        return mem
+    }
+
+    /// Blocks of the nghttp2 session still allocated (0 once it was deleted) and bytes parked in
+    /// its free lists. For tests.
+    var poolUsage: (liveBlocks: Int, heldBytes: Int) {
+        (herald_pool_live_blocks(memoryPool), herald_pool_held_bytes(memoryPool))
     }
 
     /// Adopts a connected socket and begins the TLS handshake.

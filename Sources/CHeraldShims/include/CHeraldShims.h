@@ -2,6 +2,7 @@
 #define CHERALD_SHIMS_H
 
 #include <openssl/ssl.h>
+#include <stddef.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -25,5 +26,25 @@ int herald_SSL_TLSEXT_ERR_NOACK(void);
 
 /// accept4(2) with SOCK_NONBLOCK and SOCK_CLOEXEC (needs _GNU_SOURCE).
 int herald_accept4(int fd);
+
+/// A size-class free-list allocator for one nghttp2 session (pool.c).
+///
+/// nghttp2 allocates and frees several small blocks per stream (the stream, its outbound
+/// items, the copied header list, HPACK entries). A session lives on one event loop, so its
+/// blocks can be recycled through plain free lists: no lock, no trip through malloc's bins.
+/// Blocks up to 2048 bytes are pooled in 16-byte classes; larger ones go to malloc. The lists
+/// keep at most `herald_pool_max_held_bytes` bytes; the rest is returned to malloc.
+typedef struct herald_pool herald_pool;
+herald_pool *herald_pool_new(void);
+/// Frees every block the pool holds. Call only after the session using it was deleted.
+void herald_pool_delete(herald_pool *pool);
+/// Fills `mem` (an `nghttp2_mem *`; nghttp2.h stays out of this module) so that
+/// nghttp2_session_*_new3 allocates from `pool`.
+void herald_pool_nghttp2_mem(herald_pool *pool, void *mem);
+/// Bytes currently parked in the free lists.
+size_t herald_pool_held_bytes(const herald_pool *pool);
+/// Blocks handed out and not yet returned.
+size_t herald_pool_live_blocks(const herald_pool *pool);
+extern const size_t herald_pool_max_held_bytes;
 
 #endif

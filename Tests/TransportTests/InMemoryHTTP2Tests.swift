@@ -5,7 +5,7 @@ import Testing
 
 /// Herald's client (`APNsConnection`) and the emulator's server connection (`HTTP2ServerConnection`)
 /// wired back to back in memory, so the order in which bytes cross can be chosen exactly.
-struct ServerGoAwayTests {
+struct InMemoryHTTP2Tests {
     final class Server: HTTP2ServerConnectionDelegate {
         var received: [Int32] = []
         func connection(_ connection: HTTP2ServerConnection, received request: HTTP2ServerRequest) {
@@ -84,5 +84,44 @@ struct ServerGoAwayTests {
             #expect(!cause.countsAsAttempt, "request \(index) was not processed: \(cause)")
         }
         #expect(clientDelegate.outcomes.count == 3)
+    }
+
+    /// The client's nghttp2 session allocates from a per-connection pool: while streams run, the
+    /// pool recycles blocks; when the session is deleted every block has come back to it.
+    @Test func pooledSessionReturnsEveryBlock() throws {
+        let loop = try EventLoop()
+        let server = HTTP2ServerConnection(inMemoryOn: loop, initialMaxConcurrentStreams: 100)
+        let serverDelegate = Server()
+        server.delegate = serverDelegate
+        let client = APNsConnection(
+            loop: loop, host: "api.push.apple.com", port: 443, tlsContext: try TLSContext(clientTrusting: nil), maxStreams: 100)
+        let clientDelegate = Client()
+        client.delegate = clientDelegate
+        client.setAuthorization(jwt: "header.claims.signature", generation: 1)
+        try client.startInMemory()
+        try server.startInMemory()
+        func pump() -> Int { client.sendInMemory { server.receiveInMemory($0) } + server.sendInMemory { client.receiveInMemory($0) } }
+        for _ in 0..<4 { _ = pump() }
+        try #require(client.streamSlots == 100)
+
+        var next: UInt64 = 0
+        for _ in 0..<5 {
+            while client.streamSlots > 0 {
+                #expect(client.submit(Self.request(next)))
+                next += 1
+            }
+            var rounds = 0
+            while pump() > 0 && rounds < 50 { rounds += 1 }
+        }
+        #expect(clientDelegate.outcomes.count == 500 && clientDelegate.outcomes.values.allSatisfy { $0 == .accepted })
+        let running = client.poolUsage
+        #expect(running.liveBlocks > 0, "the session allocates from the pool")
+        #expect(running.heldBytes > 0, "finished streams' blocks wait in the free lists")
+
+        client.close()
+        let closed = client.poolUsage
+        #expect(closed.liveBlocks == 0, "nghttp2 returned every block when the session was deleted: \(closed)")
+        #expect(closed.heldBytes <= 2 * 1024 * 1024, "the free lists are capped")
+        #expect(clientDelegate.closed)
     }
 }
