@@ -36,7 +36,9 @@ public enum PushType: String, CaseIterable, Hashable, Sendable {
 
     /// The `apns-topic` for an app's bundle id (for `mdm`, pass the certificate UID; it is returned as is).
     public func topic(bundleID: String) -> String {
-        bundleID + topicSuffix
+        // `+` would copy the bundle id even for an empty suffix (append makes it unique).
+        let suffix = topicSuffix
+        return suffix.isEmpty ? bundleID : bundleID + suffix
     }
 
     /// The largest payload, in bytes, APNs accepts for this push type.

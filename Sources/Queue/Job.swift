@@ -52,7 +52,10 @@ public struct Job: Sendable {
     /// The entry's fields as read, kept for dead-letter and retry entries.
     public let fields: [(name: String, value: [UInt8])]
     /// The entry id the job was first enqueued as (itself unless this is a retry).
-    public let origin: String
+    public var origin: String { originText ?? entryID.description }
+    /// The `origin` field as written, when the entry carried one (a retry); otherwise the
+    /// origin is the entry's own id and no text is kept for it (it is spelled only when needed).
+    let originText: String?
     /// `origin` parsed (the entry's own id when `origin` is not an entry id): orders collapsible updates.
     public let originID: StreamEntryID
     /// Enqueue time of the original job, in ms since the epoch.
@@ -66,7 +69,9 @@ public struct Job: Sendable {
     /// The job's own `id`, when it gave one for a single notification: sent as the apns-id.
     public let explicitAPNsID: String?
     /// What apns-ids are derived from with the token: a fan-out job's `id`, or else `origin`.
-    public let apnsIDBase: String
+    public var apnsIDBase: String { apnsIDBaseText ?? entryID.description }
+    /// `apnsIDBase` when it is not simply this entry's own id.
+    let apnsIDBaseText: String?
     /// The defaults' namespace, mixed into derived apns-ids.
     public let apnsIDNamespace: String
     /// Attempts already made before this entry (from a retry).
@@ -78,8 +83,14 @@ public struct Job: Sendable {
     public func notification(forToken token: String) -> Notification {
         var notification = template
         notification.deviceToken = token
-        notification.apnsID = explicitAPNsID
-            ?? StableID.apnsID(namespace: apnsIDNamespace, origin: apnsIDBase, token: token)
+        if let explicitAPNsID {
+            notification.apnsID = explicitAPNsID
+        } else if let apnsIDBaseText {
+            notification.apnsID = StableID.apnsID(namespace: apnsIDNamespace, origin: apnsIDBaseText, token: token)
+        } else {
+            // The same id as hashing `entryID.description`, without building that string.
+            notification.apnsID = StableID.apnsID(namespace: apnsIDNamespace, origin: entryID, token: token)
+        }
         return notification
     }
 

@@ -75,6 +75,14 @@ public enum JobDecoder {
         var template = Notification(
             deviceToken: tokenList[0], topic: resolvedTopic, pushType: pushType, priority: priority,
             expiration: expiration, collapseID: collapseID.flatMap { $0.isEmpty ? nil : $0 }, apnsID: nil, payload: payload)
+        if tokenList.count == 1 {
+            // One token (the usual job): validate() checks it with the rest; no second list.
+            template.deviceToken = tokenList[0]
+            do { try template.validate() } catch { return .failure(.notification(error)) }
+            return .success(makeJob(entryID: entryID, fields: fields, tokens: tokenList, invalid: [], template: template,
+                                    id: id, idBase: idBase, origin: origin, enqueuedAt: enqueuedAt, attempts: attempts,
+                                    unknown: unknown, defaults: defaults))
+        }
         var valid: [String] = []
         valid.reserveCapacity(tokenList.count)
         var invalid: [(String, NotificationError)] = []
@@ -96,17 +104,29 @@ public enum JobDecoder {
         if !checkedTemplate, tokenList.count == 1, let only = invalid.first {
             return .failure(.notification(only.1))
         }
+        return .success(makeJob(entryID: entryID, fields: fields, tokens: valid, invalid: invalid, template: template,
+                                id: id, idBase: idBase, origin: origin, enqueuedAt: enqueuedAt, attempts: attempts,
+                                unknown: unknown, defaults: defaults))
+    }
+
+    private static func makeJob(
+        entryID: StreamEntryID, fields: [(name: String, value: [UInt8])], tokens: [String],
+        invalid: [(String, NotificationError)], template: Notification, id: String?, idBase: String?,
+        origin: String?, enqueuedAt: Int64?, attempts: Int, unknown: Int, defaults: JobDefaults
+    ) -> Job {
+        var template = template
         template.deviceToken = ""
-        let originText = origin ?? entryID.description
         let originID = origin.flatMap { StreamEntryID($0) } ?? entryID
-        return .success(Job(
-            entryID: entryID, fields: fields, origin: originText, originID: originID,
+        let explicitID = id.flatMap { $0.isEmpty ? nil : $0 }
+        return Job(
+            entryID: entryID, fields: fields, originText: origin, originID: originID,
             enqueuedAt: enqueuedAt ?? Int64(originID.milliseconds),
-            tokens: valid, invalidTokens: invalid, template: template,
-            explicitAPNsID: tokenList.count == 1 && idBase == nil ? id.flatMap { $0.isEmpty ? nil : $0 } : nil,
-            apnsIDBase: idBase ?? id.flatMap { $0.isEmpty ? nil : $0 } ?? originText,
+            tokens: tokens, invalidTokens: invalid, template: template,
+            // A job's own `id` is sent as is only for a single notification; fan-out derives from it.
+            explicitAPNsID: tokens.count + invalid.count == 1 && idBase == nil ? explicitID : nil,
+            apnsIDBaseText: idBase ?? explicitID ?? origin,
             apnsIDNamespace: defaults.apnsIDNamespace,
-            attempts: attempts, unknownFields: unknown))
+            attempts: attempts, unknownFields: unknown)
     }
 
     /// The token rule alone (hex, even length), as `Notification.validate()` states it.

@@ -8,29 +8,62 @@ public enum StableID {
     /// finishing). A non-empty `namespace` (the queue) is hashed first, as if written
     /// `namespace/origin`, without building that string.
     public static func apnsID(namespace: String = "", origin: String, token: String) -> String {
+        var state = State(namespace: namespace)
+        for byte in origin.utf8 { state.feedOrigin(byte) }
+        return state.finish(token: token)
+    }
+
+    /// The same id as `apnsID(namespace:origin:token:)` with `origin.description`, hashing the
+    /// entry id's digits as they are produced instead of building its string (once per job).
+    public static func apnsID(namespace: String = "", origin: StreamEntryID, token: String) -> String {
+        var state = State(namespace: namespace)
+        state.feedDecimal(origin.milliseconds)
+        state.feedOrigin(0x2D)  // "-"
+        state.feedDecimal(origin.sequence)
+        return state.finish(token: token)
+    }
+
+    /// Two FNV-1a 64 lanes over `namespace/origin:token`.
+    struct State {
         var high: UInt64 = 0xcbf2_9ce4_8422_2325
         var low: UInt64 = 0x8422_2325_cbf2_9ce4
-        if !namespace.isEmpty {
-            for byte in namespace.utf8 {
-                high = (high ^ UInt64(byte)) &* 0x100_0000_01b3
-                low = (low ^ UInt64(byte)) &* 0x100_0000_01b3 ^ 0x9E37
+
+        init(namespace: String) {
+            if !namespace.isEmpty {
+                for byte in namespace.utf8 { feedOrigin(byte) }
+                feedOrigin(0x2F)  // "/"
             }
-            high = (high ^ 0x2F) &* 0x100_0000_01b3
-            low = (low ^ 0x2F) &* 0x100_0000_01b3 ^ 0x9E37
         }
-        for byte in origin.utf8 {
+
+        @inline(__always)
+        mutating func feedOrigin(_ byte: UInt8) {
             high = (high ^ UInt64(byte)) &* 0x100_0000_01b3
             low = (low ^ UInt64(byte)) &* 0x100_0000_01b3 ^ 0x9E37
         }
-        high = (high ^ 0x3A) &* 0x100_0000_01b3
-        low = (low ^ 0x3A) &* 0x100_0000_01b3
-        for byte in token.utf8 {
-            // Tokens are hex in either case: fold to lowercase so both spell one id.
-            let folded = (byte >= 0x41 && byte <= 0x46) ? byte | 0x20 : byte
-            high = (high ^ UInt64(folded)) &* 0x100_0000_01b3
-            low = (low ^ UInt64(folded)) &* 0x100_0000_01b3 ^ 0x7F4A
+
+        /// `value`'s decimal digits, most significant first, with no string in between.
+        mutating func feedDecimal(_ value: UInt64) {
+            var divisor: UInt64 = 1
+            while value / divisor >= 10 { divisor *= 10 }
+            var rest = value
+            while divisor > 0 {
+                feedOrigin(UInt8(truncatingIfNeeded: rest / divisor) + 0x30)
+                rest %= divisor
+                divisor /= 10
+            }
         }
-        return UUIDString.make(high: mix(high), low: mix(low ^ high))
+
+        mutating func finish(token: String) -> String {
+            high = (high ^ 0x3A) &* 0x100_0000_01b3
+            low = (low ^ 0x3A) &* 0x100_0000_01b3
+            for byte in token.utf8 {
+                // Tokens are hex in either case: fold to lowercase so both spell one id.
+                let folded = (byte >= 0x41 && byte <= 0x46) ? byte | 0x20 : byte
+                high = (high ^ UInt64(folded)) &* 0x100_0000_01b3
+                low = (low ^ UInt64(folded)) &* 0x100_0000_01b3 ^ 0x7F4A
+            }
+            return UUIDString.make(high: StableID.mix(high), low: StableID.mix(low ^ high))
+        }
     }
 
     static func mix(_ value: UInt64) -> UInt64 {

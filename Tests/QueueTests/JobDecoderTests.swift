@@ -154,6 +154,18 @@ import Testing
         #expect(id == StableID.apnsID(origin: "1700000000123-4", token: "ABCD"))
     }
 
+    /// Jobs hash their own entry id digit by digit; retries hash the `origin` text they carry.
+    /// Both must give one id, or a retried notification would get a new apns-id.
+    @Test(arguments: [(UInt64(0), UInt64(0)), (1, 0), (9, 9), (10, 10), (1_700_000_000_123, 4),
+                      (999_999_999_999_999, 18_446_744_073_709_551_615), (UInt64.max, UInt64.max)])
+    func entryIDHashesLikeItsText(milliseconds: UInt64, sequence: UInt64) {
+        let entry = StreamEntryID(milliseconds: milliseconds, sequence: sequence)
+        for namespace in ["", "orders"] {
+            #expect(StableID.apnsID(namespace: namespace, origin: entry, token: "abcd")
+                    == StableID.apnsID(namespace: namespace, origin: entry.description, token: "abcd"))
+        }
+    }
+
     @Test func differsByOriginAndByToken() {
         let ids = Set([
             StableID.apnsID(origin: "1-0", token: "abcd"),
