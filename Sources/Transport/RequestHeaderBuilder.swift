@@ -4,8 +4,9 @@ import CNGHTTP2
 /// Lays out the HTTP/2 request headers of one APNs notification in a reusable scratch area.
 ///
 /// Owned by one connection. nghttp2 copies names and values during `nghttp2_submit_request`,
-/// so the same memory serves every request: building headers allocates nothing. `:path` is sent
-/// without HPACK indexing (it changes with every device token); the rest may be indexed.
+/// so the same memory serves every request: building headers allocates nothing. `:path` and
+/// `apns-id` are sent without HPACK indexing (they change with every notification); the rest
+/// may be indexed.
 ///
 /// SPI `Benchmarks` makes it reachable from the micro-benchmark package; it is not public API.
 @_spi(Benchmarks)
@@ -90,7 +91,9 @@ public final class RequestHeaderBuilder {
         }
         if let expiration = notification.expiration { add(7, writer.append(integer: expiration)) }
         if let collapseID = notification.collapseID { add(8, writer.append(collapseID)) }
-        if let apnsID = notification.apnsID { add(9, writer.append(apnsID)) }
+        // Unique per notification: indexing it would only push the provider token and the
+        // topic out of HPACK's 4 KB table (on both sides), so they would travel in full again.
+        if let apnsID = notification.apnsID { add(9, writer.append(apnsID), noIndex: true) }
         if let authorization { add(10, writer.append(bytes: authorization)) }
         return body(nva, count)
     }
