@@ -223,7 +223,7 @@ public final class LoadRun {
         conditions.threads = c.threads
         conditions.connections = c.connections
         conditions.maxStreams = c.maxStreams
-        conditions.batch = c.batch.map(String.init) ?? "worker default (512)"
+        conditions.batch = c.batch.map(String.init) ?? "worker default (256)"  // WorkerConfiguration.defaultBatch
         conditions.payloadBytes = c.payloadBytes
         conditions.tokens = c.tokens
         conditions.fanout = c.fanout

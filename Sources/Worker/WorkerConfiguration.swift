@@ -7,7 +7,8 @@ public struct WorkerConfiguration: Sendable {
     public var consumer: String
     public var defaults = JobDefaults()
     /// Entries asked for in one XREADGROUP at most (`--batch`).
-    public var batch = 512
+    public static let defaultBatch = 256
+    public var batch = WorkerConfiguration.defaultBatch
     /// Entries read beyond the pool's free stream slots, so the pool never waits for Redis.
     public var readAhead = 128
     /// XREADGROUP BLOCK time when the stream is empty.

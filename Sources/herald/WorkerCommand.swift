@@ -28,7 +28,7 @@ struct WorkerCommand: ParsableCommand {
     var bundleID: String?
     @Option(help: "A YAML or JSON config file (env HERALD_CONFIG): settings and several apps. Flags, then HERALD_* variables, then the file.")
     var config: String?
-    @Option(help: "Entries per XREADGROUP at most (env HERALD_BATCH; default 512).") var batch: Int?
+    @Option(help: "Entries per XREADGROUP at most (env HERALD_BATCH; default 256).") var batch: Int?
     @Option(name: .customLong("claim-idle"), help: "Seconds before another worker's idle entries are taken over (env HERALD_CLAIM_IDLE; default 60).") var claimIdle: Int?
     @Option(name: .customLong("max-attempts"), help: "Attempts per notification before it is dead-lettered (env HERALD_MAX_ATTEMPTS; default 8).") var maxAttempts: Int?
     @Option(name: .customLong("max-deliveries"), help: "Deliveries of one entry to workers before it is dead-lettered (env HERALD_MAX_DELIVERIES; default 10).") var maxDeliveries: Int?
