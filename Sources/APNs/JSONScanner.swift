@@ -181,6 +181,10 @@ public struct JSONScanner {
     func scanString(at start: Int) throws(SyntaxError) -> Int {
         var i = start + 1
         while i < bytes.count {
+            // Plain ASCII runs (most of a payload) are skipped eight bytes at a time; the byte
+            // loop below sees only the quote, escapes, control and non-ASCII bytes.
+            i = Self.skipPlainASCII(bytes, from: i)
+            guard i < bytes.count else { break }
             let byte = bytes[i]
             if byte == UInt8(ascii: "\"") { return i + 1 }
             if byte == UInt8(ascii: "\\") {
@@ -207,6 +211,28 @@ public struct JSONScanner {
             }
         }
         throw SyntaxError(.unterminatedString, at: start)
+    }
+
+    /// The first offset at or after `start` whose 8-byte word may hold a `"`, a `\\`, a byte below
+    /// 0x20 or one above 0x7F (SWAR zero-byte tests; a false alarm only stops the skip early).
+    @inline(__always)
+    static func skipPlainASCII(_ bytes: UnsafeBufferPointer<UInt8>, from start: Int) -> Int {
+        guard let base = bytes.baseAddress else { return start }
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highs: UInt64 = 0x8080_8080_8080_8080
+        var i = start
+        while i + 8 <= bytes.count {
+            let word = UnsafeRawPointer(base + i).loadUnaligned(as: UInt64.self)
+            let quote = word ^ (ones &* 0x22)
+            let backslash = word ^ (ones &* 0x5C)
+            let special = ((quote &- ones) & ~quote)
+                | ((backslash &- ones) & ~backslash)
+                | ((word &- ones &* 0x20) & ~word)
+                | word
+            if special & highs != 0 { break }
+            i += 8
+        }
+        return i
     }
 
     /// Checks one multi-byte UTF-8 sequence (Unicode Table 3-7: no overlong forms, no

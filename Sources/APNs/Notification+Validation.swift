@@ -40,12 +40,24 @@ extension Notification {
     }
 
     private func validateDeviceToken() throws(NotificationError) {
+        // A native String's bytes are contiguous: scan them as a buffer, not through UTF8View.
+        let scan: (badOffset: Int?, length: Int)? = deviceToken.utf8.withContiguousStorageIfAvailable { bytes in
+            for offset in 0..<bytes.count where !Self.isHexDigit(bytes[offset]) { return (offset, bytes.count) }
+            return (nil, bytes.count)
+        }
         var length = 0
-        for byte in deviceToken.utf8 {
-            guard Self.isHexDigit(byte) else {
-                throw .badDeviceToken(tokenPrefix: NotificationError.tokenPrefix(deviceToken), offset: length)
+        if let scan {
+            if let offset = scan.badOffset {
+                throw .badDeviceToken(tokenPrefix: NotificationError.tokenPrefix(deviceToken), offset: offset)
             }
-            length += 1
+            length = scan.length
+        } else {
+            for byte in deviceToken.utf8 {
+                guard Self.isHexDigit(byte) else {
+                    throw .badDeviceToken(tokenPrefix: NotificationError.tokenPrefix(deviceToken), offset: length)
+                }
+                length += 1
+            }
         }
         guard length > 0 else { throw .missingDeviceToken }
         guard length % 2 == 0 else {

@@ -327,13 +327,18 @@ public final class RedisConnection: IOHandler, TickObserver {
     }
 
     private func appendDecimal(_ value: UInt64) {
-        var divisor: UInt64 = 1
-        while value / divisor >= 10 { divisor *= 10 }
-        var rest = value
-        while divisor > 0 {
-            output.append(UInt8(rest / divisor) + 0x30)
-            rest %= divisor
-            divisor /= 10
+        // Digits come out least significant first (division by the constant 10 compiles to a
+        // multiply); two ids per acknowledged entry go through here.
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: room for 20 digits
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            var rest = value
+            var start = buffer.count
+            repeat {
+                start -= 1
+                buffer[start] = UInt8(truncatingIfNeeded: rest % 10) + 0x30
+                rest /= 10
+            } while rest > 0
+            output.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[start...]))
         }
     }
 

@@ -343,3 +343,30 @@ func withScanner<R>(_ text: String, _ body: (JSONScanner) -> R) -> R {
         #expect(value == 5)
     }
 }
+
+/// Strings are skipped eight bytes at a time while they are plain ASCII; whatever matters (the
+/// closing quote, an escape, a control byte, UTF-8) must be found at every offset of a word.
+@Suite struct JSONScannerWordSkipTests {
+    static func object(padding: Int, insert: [UInt8], tail: Int = 13) -> [UInt8] {
+        Array(#"{"k":""#.utf8) + Array(repeating: UInt8(ascii: "x"), count: padding) + insert
+            + Array(repeating: UInt8(ascii: "y"), count: tail) + Array(#""}"#.utf8)
+    }
+
+    @Test(arguments: 0..<17)
+    func specialBytesAreFoundAtEveryOffset(padding: Int) {
+        #expect(problem(scanJSON(Self.object(padding: padding, insert: []))) == nil)
+        #expect(problem(scanJSON(Self.object(padding: padding, insert: Array(#"\n\"\\"#.utf8)))) == nil)
+        #expect(problem(scanJSON(Self.object(padding: padding, insert: Array("é€😀".utf8)))) == nil)
+        #expect(problem(scanJSON(Self.object(padding: padding, insert: [0x1F]))) == .controlCharacterInString)
+        #expect(problem(scanJSON(Self.object(padding: padding, insert: [0x00]))) == .controlCharacterInString)
+        #expect(problem(scanJSON(Self.object(padding: padding, insert: [0xFF]))) == .invalidUTF8)
+        #expect(problem(scanJSON(Self.object(padding: padding, insert: Array(#"\q"#.utf8)))) == .badEscape)
+        // A quote in the middle ends the string early: what follows is not JSON.
+        #expect(problem(scanJSON(Self.object(padding: padding, insert: [UInt8(ascii: "\"")]))) != nil)
+        // Bytes 0x20 and 0x7F are plain; 0x7F must not be mistaken for UTF-8.
+        #expect(problem(scanJSON(Self.object(padding: padding, insert: [0x20, 0x7F, 0x21]))) == nil)
+        // Unterminated: the string runs to the end of the buffer.
+        let open = Array(#"{"k":""#.utf8) + Array(repeating: UInt8(ascii: "x"), count: padding)
+        #expect(problem(scanJSON(open)) == .unterminatedString)
+    }
+}
