@@ -47,7 +47,11 @@ public struct JobDefaults: Sendable {
 }
 
 /// One job read from the stream, decoded and validated: a notification template and its tokens.
-public struct Job: Sendable {
+///
+/// A class, not a struct: the worker holds each job in its table and reads it once per token,
+/// and a struct of a dozen references would be copied (and each reference retained) each time.
+/// Immutable once decoded.
+public final class Job: Sendable {
     public let entryID: StreamEntryID
     /// The entry's fields as read, kept for dead-letter and retry entries.
     public let fields: [(name: String, value: [UInt8])]
@@ -61,11 +65,11 @@ public struct Job: Sendable {
     /// Enqueue time of the original job, in ms since the epoch.
     public let enqueuedAt: Int64
     /// Valid device tokens to send to.
-    public var tokens: [String]
+    public let tokens: [String]
     /// Tokens that failed validation, with why: dead-lettered, never sent.
-    public var invalidTokens: [(token: String, error: NotificationError)]
+    public let invalidTokens: [(token: String, error: NotificationError)]
     /// Everything but the device token and apns-id.
-    public var template: Notification
+    public let template: Notification
     /// The job's own `id`, when it gave one for a single notification: sent as the apns-id.
     public let explicitAPNsID: String?
     /// What apns-ids are derived from with the token: a fan-out job's `id`, or else `origin`.
@@ -78,6 +82,27 @@ public struct Job: Sendable {
     public let attempts: Int
     /// Fields Herald does not know.
     public let unknownFields: Int
+
+    init(
+        entryID: StreamEntryID, fields: [(name: String, value: [UInt8])], originText: String?, originID: StreamEntryID,
+        enqueuedAt: Int64, tokens: [String], invalidTokens: [(token: String, error: NotificationError)],
+        template: Notification, explicitAPNsID: String?, apnsIDBaseText: String?, apnsIDNamespace: String,
+        attempts: Int, unknownFields: Int
+    ) {
+        self.entryID = entryID
+        self.fields = fields
+        self.originText = originText
+        self.originID = originID
+        self.enqueuedAt = enqueuedAt
+        self.tokens = tokens
+        self.invalidTokens = invalidTokens
+        self.template = template
+        self.explicitAPNsID = explicitAPNsID
+        self.apnsIDBaseText = apnsIDBaseText
+        self.apnsIDNamespace = apnsIDNamespace
+        self.attempts = attempts
+        self.unknownFields = unknownFields
+    }
 
     /// The notification for `tokens[index]`, with its stable apns-id.
     public func notification(forToken token: String) -> Notification {

@@ -56,14 +56,24 @@ public enum StableID {
             }
         }
 
+        @inline(__always)
+        mutating func feedToken(_ byte: UInt8) {
+            let folded = (byte >= 0x41 && byte <= 0x46) ? byte | 0x20 : byte
+            high = (high ^ UInt64(folded)) &* 0x100_0000_01b3
+            low = (low ^ UInt64(folded)) &* 0x100_0000_01b3 ^ 0x7F4A
+        }
+
         mutating func finish(token: String) -> String {
             high = (high ^ 0x3A) &* 0x100_0000_01b3
             low = (low ^ 0x3A) &* 0x100_0000_01b3
-            for byte in token.utf8 {
-                // Tokens are hex in either case: fold to lowercase so both spell one id.
-                let folded = (byte >= 0x41 && byte <= 0x46) ? byte | 0x20 : byte
-                high = (high ^ UInt64(folded)) &* 0x100_0000_01b3
-                low = (low ^ UInt64(folded)) &* 0x100_0000_01b3 ^ 0x7F4A
+            // Tokens are hex in either case: fold to lowercase so both spell one id. A native
+            // String's bytes are read as a buffer (iterating UTF8View costs more than the hash).
+            let hashed = token.utf8.withContiguousStorageIfAvailable { bytes -> Bool in
+                for byte in bytes { feedToken(byte) }
+                return true
+            }
+            if hashed == nil {
+                for byte in token.utf8 { feedToken(byte) }
             }
             return UUIDString.make(high: StableID.mix(high), low: StableID.mix(low ^ high))
         }
