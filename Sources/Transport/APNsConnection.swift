@@ -26,7 +26,8 @@ public protocol APNsConnectionDelegate: AnyObject {
     /// TLS and HTTP/2 are up; streams can be submitted up to `streamSlots`.
     func connectionIsReady(_ connection: APNsConnection)
     /// One request reached a final state on this connection.
-    func connection(_ connection: APNsConnection, completed request: PendingRequest, outcome: DeliveryOutcome)
+    /// The request is handed over (`consuming`): the delegate owns it and may change it without a copy.
+    func connection(_ connection: APNsConnection, completed request: consuming PendingRequest, outcome: DeliveryOutcome)
     /// The number of free stream slots may have grown (SETTINGS raised the limit, or streams ended).
     func connectionSlotsChanged(_ connection: APNsConnection)
     /// The connection is gone. Every request it held was completed (as retryable) before this call.
@@ -356,8 +357,8 @@ public final class APNsConnection: HTTP2Endpoint {
         while index < completed.count {
             let slotIndex = Int(completed[index])
             index += 1
-            guard let request = slots[slotIndex].request else { continue }
-            slots[slotIndex].request = nil
+            // Moved out of the slot, not copied: no retain and release of each of its references.
+            guard let request = slots[slotIndex].request.take() else { continue }
             inFlight -= 1
             freeSlotIndices.append(Int32(slotIndex))
             let outcome: DeliveryOutcome

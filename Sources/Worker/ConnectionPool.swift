@@ -252,8 +252,7 @@ public final class ConnectionPool: APNsConnectionDelegate {
         notifyingSlots = false
     }
 
-    public func connection(_ connection: APNsConnection, completed request: PendingRequest, outcome: DeliveryOutcome) {
-        var request = request
+    public func connection(_ connection: APNsConnection, completed request: consuming PendingRequest, outcome: DeliveryOutcome) {
         recordResponse(request, outcome)
         switch outcome {
         case .accepted:

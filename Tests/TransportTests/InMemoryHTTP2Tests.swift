@@ -19,7 +19,7 @@ struct InMemoryHTTP2Tests {
         var outcomes: [UInt64: DeliveryOutcome] = [:]
         var closed = false
         func connectionIsReady(_ connection: APNsConnection) {}
-        func connection(_ connection: APNsConnection, completed request: PendingRequest, outcome: DeliveryOutcome) {
+        func connection(_ connection: APNsConnection, completed request: consuming PendingRequest, outcome: DeliveryOutcome) {
             outcomes[request.context] = outcome
         }
         func connectionSlotsChanged(_ connection: APNsConnection) {}

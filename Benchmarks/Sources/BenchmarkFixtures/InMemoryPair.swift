@@ -51,7 +51,7 @@ public final class InMemoryPair: APNsConnectionDelegate {
     }
 
     public func connectionIsReady(_ connection: APNsConnection) {}
-    public func connection(_ connection: APNsConnection, completed request: PendingRequest, outcome: DeliveryOutcome) {
+    public func connection(_ connection: APNsConnection, completed request: consuming PendingRequest, outcome: DeliveryOutcome) {
         completed += 1
         if outcome == .accepted { accepted += 1 } else { other += 1 }
     }

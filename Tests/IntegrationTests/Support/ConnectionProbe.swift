@@ -50,7 +50,7 @@ final class ConnectionProbe: APNsConnectionDelegate {
         onEvent()
     }
 
-    func connection(_ connection: APNsConnection, completed request: PendingRequest, outcome: DeliveryOutcome) {
+    func connection(_ connection: APNsConnection, completed request: consuming PendingRequest, outcome: DeliveryOutcome) {
         events.append(.completed(connection: connection.identifier, context: request.context, outcome: outcome))
         onEvent()
     }
