@@ -70,6 +70,10 @@ public class HTTP2Endpoint: IOHandler, TickObserver {
         if fd >= 0 { close(fd) }
     }
 
+    /// Whether a graceful close waits for the peer's FIN (`LingeringClose`) instead of closing at
+    /// once. Servers do: their peer keeps writing until it reads the GOAWAY.
+    var lingersOnClose: Bool { false }
+
     /// The allocator to create this endpoint's nghttp2 session with: blocks recycled on this loop.
     func pooledAllocator() -> nghttp2_mem {
         var mem = nghttp2_mem()
@@ -287,7 +291,13 @@ public class HTTP2Endpoint: IOHandler, TickObserver {
             if error == nil || error.map({ if case .closedLocally = $0 { return true } else { return false } }) == true {
                 tls?.shutdown()
             }
-            close(fd)
+            if error == nil && lingersOnClose {
+                // Done by protocol (GOAWAY exchanged, every stream answered) while the peer may
+                // still be writing: close without an RST that would discard the last answers.
+                LingeringClose.start(loop: loop, fd: fd)
+            } else {
+                close(fd)
+            }
             fd = -1
         }
         didClose(error)

@@ -106,6 +106,8 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
         super.init(loop: loop, host: "client")
     }
 
+    override var lingersOnClose: Bool { true }
+
     override func tlsEstablished() throws(ConnectionError) {
         var callbacks: OpaquePointer? = nil
         nghttp2_session_callbacks_new(&callbacks)
