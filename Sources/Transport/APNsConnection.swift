@@ -203,6 +203,9 @@ public final class APNsConnection: HTTP2Endpoint {
         defer { nghttp2_option_del(option) }
         // Assume one stream until the peer's SETTINGS arrive: APNs starts connections at one.
         nghttp2_option_set_peer_max_concurrent_streams(option, 1)
+        // Closed streams are kept only for the (deprecated) priority tree, which Herald never
+        // uses; without them nghttp2's stream map stays at the streams in flight.
+        nghttp2_option_set_no_closed_streams(option, 1)
         var newSession: OpaquePointer? = nil
         var mem = pooledAllocator()
         let rc = nghttp2_session_client_new3(&newSession, callbacks, Unmanaged.passUnretained(self).toOpaque(), option, &mem)
