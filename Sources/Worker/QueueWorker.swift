@@ -666,6 +666,11 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         // The entry stays in `heldEntries` until its acknowledgement is confirmed (see `finalize`).
         counters.jobsFinished += 1
         let job = record.job
+        if record.feedback.isEmpty && record.deadLetters.isEmpty && record.retryTokens.isEmpty {
+            // Every token accepted or superseded (the usual job): only the acknowledgement.
+            finalize(Finalization(entryID: job.entryID, commands: []))
+            return
+        }
         let keys = configuration.keys
         let nowMs = time.nowMilliseconds()
         var commands: [[RedisArgument]] = []
