@@ -59,7 +59,9 @@ public final class TLSContext: @unchecked Sendable {
         pointer = ctx
         isServer = false
         _ = herald_SSL_CTX_set_min_proto_version(ctx, herald_TLS1_2_VERSION())
-        _ = herald_SSL_CTX_set_mode(ctx, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS))
+        // No SSL_MODE_RELEASE_BUFFERS here: a worker has a handful of busy connections, and
+        // releasing would free and re-allocate (zeroed) the ~17 KB record buffers on every write.
+        _ = herald_SSL_CTX_set_mode(ctx, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nil)
         if SSL_CTX_set_default_verify_paths(ctx) != 1 {
             throw .configuration(OpenSSLError(operation: "loading the system CA bundle"))
