@@ -80,7 +80,7 @@ bench_start_emulator() {
     local tag="$1"; shift
     "${EMU_PIN[@]}" "$BIN" mock-apns --port 0 --max-streams "$STREAMS" \
         --cert-out "$WORK/ca.pem" --write-key "$WORK/key.p8" --stats-out "$WORK/stats.$tag.json" \
-        --expect-notifications "$(( ${N:-100000} * 8 ))" \
+        --expect-notifications "${EXPECT_IDS:-$(( ${N:-100000} * 8 ))}" \
         --log-level error "$@" >"$WORK/emulator.$tag.out" 2>"$WORK/emulator.$tag.err" </dev/null &
     EMU_PID=$!
     PORT=""
@@ -121,6 +121,14 @@ bench_ticks_to_seconds() { awk -v a="$1" -v b="$2" -v hz="$CLK_TCK" 'BEGIN{print
 # Emulator counters, for per-run deltas (GET /_herald/stats over h2; needs curl with HTTP/2).
 BENCH_CURL_H2=0
 if curl --version 2>/dev/null | grep -qi 'HTTP2'; then BENCH_CURL_H2=1; fi
+# bench_forget_ids: before each measured run, the emulator forgets the apns-ids it accepted
+# (counts stay), so a run's per-id bookkeeping is a table of its own ids, whatever ran before
+# it and in whatever order (see MockAPNsServer.forgetAcceptedIDs). Needs --stats-port.
+bench_forget_ids() {
+    [ -n "${STATS_PORT:-}" ] || return 0
+    curl -s --max-time 10 "http://127.0.0.1:$STATS_PORT/_herald/forget-ids" >/dev/null || log "could not reach the emulator's forget-ids"
+}
+
 bench_stats_now() {
     if [ "$BENCH_CURL_H2" = 1 ]; then
         curl -sk --http2 --max-time 10 "https://127.0.0.1:$PORT/_herald/stats" || echo '{}'

@@ -140,6 +140,14 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         if latency != nil { latency = LatencyRecorder() }
     }
 
+    /// Forgets which apns-ids were accepted (keeping the table's capacity) but keeps every count.
+    /// Between independent runs of a benchmark that share one emulator: each run then pays for a
+    /// table holding its own ids, not every id of the runs before it. A duplicate of an id
+    /// accepted before the call is not recognised after it.
+    public func forgetAcceptedIDs() {
+        acceptedIDs.removeAll(keepingCapacity: true)
+    }
+
     /// How many times `apnsID` was accepted.
     public func acceptedCount(apnsID: String) -> Int {
         guard let key = UUIDKey(apnsID) else { return 0 }
@@ -172,6 +180,11 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         let state = connection.userState as! ConnectionState
         if request.path == "/_herald/stats" && request.method == "GET" {
             connection.respond(streamID: request.streamID, status: 200, apnsID: nil, body: Array(currentStatistics.json().utf8))
+            return
+        }
+        if request.path == "/_herald/forget-ids" && request.method == "POST" {
+            forgetAcceptedIDs()
+            connection.respond(streamID: request.streamID, status: 200, apnsID: nil, body: Array("{}".utf8))
             return
         }
         if let limit = configuration.disconnectAfterStreams, connection.streamsReceived >= limit {

@@ -13,7 +13,9 @@ struct MockAPNsCommand: ParsableCommand {
         discussion: """
             Prints `listening on HOST:PORT` when ready. Counts (accepted per apns-id, duplicates, \
             rejections by reason, connections, streams) are served at GET /_herald/stats and written \
-            as JSON to --stats-out on SIGTERM or SIGINT.
+            as JSON to --stats-out on SIGTERM or SIGINT. Between independent benchmark runs, \
+            /_herald/forget-ids (POST over HTTP/2, or GET on --stats-port) drops the table of accepted \
+            apns-ids but keeps every count, so each run works against a table of its own ids only.
             """)
 
     @Option(help: "Address to listen on.") var host = "127.0.0.1"
@@ -93,9 +95,16 @@ struct MockAPNsCommand: ParsableCommand {
         if let statsPort {
             // Plain HTTP for scripts and the load generator, which speak no HTTP/2.
             let plain = MetricsHTTPServer(loop: loop) { path in
-                path == "/_herald/stats"
-                    ? MetricsHTTPServer.Response(status: 200, contentType: "application/json", body: Array(server.currentStatistics.json().utf8))
-                    : MetricsHTTPServer.Response(status: 404, body: Array("try /_herald/stats\n".utf8))
+                switch path {
+                case "/_herald/stats":
+                    return MetricsHTTPServer.Response(status: 200, contentType: "application/json", body: Array(server.currentStatistics.json().utf8))
+                case "/_herald/forget-ids":
+                    // Between independent benchmark runs (see MockAPNsServer.forgetAcceptedIDs).
+                    server.forgetAcceptedIDs()
+                    return MetricsHTTPServer.Response(status: 200, contentType: "application/json", body: Array("{}".utf8))
+                default:
+                    return MetricsHTTPServer.Response(status: 404, body: Array("try /_herald/stats\n".utf8))
+                }
             }
             try plain.start(host: host, port: statsPort)
             statsServer = plain

@@ -34,6 +34,34 @@ extension IntegrationTests {
             #expect(state.maxInFlightOnOneConnection <= 500, "\(state)")
         }
 
+        /// Between benchmark runs the emulator may forget the apns-ids it accepted: the table
+        /// empties, every count stays, and counting goes on as before.
+        @Test
+        func emulatorForgetsAcceptedIDsButKeepsCounts() async throws {
+            let bed = try await TestBed()
+            defer { bed.shutdown() }
+            try await bed.onLoop { bed in
+                try bed.startPool(connections: 1, maxStreams: 100)
+                bed.enqueue(50)
+            }
+            #expect(await bed.waitForAllOutcomes())
+            let before = try await bed.onLoop { bed -> (Int, Int, Int) in
+                let counts = bed.server.currentStatistics
+                bed.server.forgetAcceptedIDs()
+                return (counts.acceptedUnique, bed.server.acceptedCount(apnsID: bed.apnsID(index: 0)),
+                        bed.server.currentStatistics.acceptedUnique)
+            }
+            #expect(before.0 == 50 && before.2 == 50, "counts survive: \(before)")
+            try await bed.onLoop { bed in bed.enqueue(10) }
+            #expect(await bed.waitForAllOutcomes())
+            let after = try await bed.onLoop { bed in
+                (bed.server.acceptedCount(apnsID: bed.apnsID(index: 0)), bed.server.acceptedCount(apnsID: bed.apnsID(index: 55)),
+                 bed.server.currentStatistics.acceptedUnique, bed.server.currentStatistics.duplicates)
+            }
+            #expect(after.0 == 0, "ids accepted before the call are forgotten")
+            #expect(after.1 == 1 && after.2 == 60 && after.3 == 0, "\(after)")
+        }
+
         @Test
         func streamLimitStartsAtOneAndRises() async throws {
             let bed = try await TestBed { $0.maxStreams = 300 }
