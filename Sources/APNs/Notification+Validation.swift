@@ -31,7 +31,8 @@ extension Notification {
         if let collapseID {
             try Self.validateCollapseID(collapseID)
         }
-        if let apnsID, !UUIDString.isCanonical(apnsID) {
+        // Bits (`apnsIDBits`) always spell a canonical UUID; only text can be wrong.
+        if apnsIDBits == nil, let apnsID, !UUIDString.isCanonical(apnsID) {
             throw .badAPNsID(NotificationError.excerpt(apnsID, limit: 40))
         }
         if let error = payload.withUnsafeBufferPointer({ payloadError(in: JSONScanner($0)) }) {

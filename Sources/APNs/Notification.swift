@@ -18,7 +18,25 @@ public struct Notification: Sendable {
     /// `apns-collapse-id`: a newer notification with the same id replaces the older one on the device.
     public var collapseID: String?
     /// `apns-id`: a canonical lowercase UUID; APNs generates one when absent.
-    public var apnsID: String?
+    public var apnsID: String? {
+        get { apnsIDText ?? apnsIDBits.map { UUIDString.make($0) } }
+        set {
+            apnsIDText = newValue
+            apnsIDBits = nil
+        }
+    }
+    /// The apns-id as the 128 bits `UUIDString.make` spells, when Herald derived it: the request
+    /// headers are written from the bits, so no String is built per notification. Setting it
+    /// replaces `apnsID`.
+    public var apnsIDBits: UUIDBits? {
+        get { apnsIDValue }
+        set {
+            apnsIDValue = newValue
+            if newValue != nil { apnsIDText = nil }
+        }
+    }
+    private var apnsIDText: String?
+    private var apnsIDValue: UUIDBits?
     /// The UTF-8 JSON text of the payload.
     public var payload: [UInt8]
 
@@ -38,7 +56,7 @@ public struct Notification: Sendable {
         self.priority = priority
         self.expiration = expiration
         self.collapseID = collapseID
-        self.apnsID = apnsID
+        self.apnsIDText = apnsID
         self.payload = payload
     }
 

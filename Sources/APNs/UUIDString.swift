@@ -28,22 +28,43 @@ public enum UUIDString {
     /// `low < 2^62` (a Redis entry id's milliseconds and sequence, for example) therefore never
     /// share a UUID.
     public static func make(high: UInt64, low: UInt64) -> String {
-        let first = (high << 4) & 0xFFFF_FFFF_FFFF_0000 | 0x8000 | high & 0x0FFF
-        let second = low & 0x3FFF_FFFF_FFFF_FFFF | 0x8000_0000_0000_0000
-        let digits: StaticString = "0123456789abcdef"
-        return String(unsafeUninitializedCapacity: 36) { text in
-            var nibble = 0
-            for position in 0..<36 {
-                if position == 8 || position == 13 || position == 18 || position == 23 {
-                    text[position] = UInt8(ascii: "-")
-                    continue
-                }
-                let word = nibble < 16 ? first : second
-                let shift = UInt64(60 - 4 * (nibble % 16))
-                text[position] = digits.utf8Start[Int(truncatingIfNeeded: word >> shift & 0xF)]
-                nibble += 1
-            }
+        make(UUIDBits(high: high, low: low))
+    }
+
+    public static func make(_ bits: UUIDBits) -> String {
+        String(unsafeUninitializedCapacity: 36) { text in
+            write(bits, into: text.baseAddress!)
             return 36
         }
+    }
+
+    /// Writes the 36 bytes of `make(bits)` at `target`.
+    public static func write(_ bits: UUIDBits, into target: UnsafeMutablePointer<UInt8>) {
+        let first = (bits.high << 4) & 0xFFFF_FFFF_FFFF_0000 | 0x8000 | bits.high & 0x0FFF
+        let second = bits.low & 0x3FFF_FFFF_FFFF_FFFF | 0x8000_0000_0000_0000
+        let digits: StaticString = "0123456789abcdef"
+        var nibble = 0
+        for position in 0..<36 {
+            if position == 8 || position == 13 || position == 18 || position == 23 {
+                target[position] = UInt8(ascii: "-")
+                continue
+            }
+            let word = nibble < 16 ? first : second
+            let shift = UInt64(60 - 4 * (nibble % 16))
+            target[position] = digits.utf8Start[Int(truncatingIfNeeded: word >> shift & 0xF)]
+            nibble += 1
+        }
+    }
+}
+
+/// The 128 input bits of a derived apns-id (see `UUIDString.make`): kept as numbers until the
+/// id is written into a request, so deriving one allocates nothing.
+public struct UUIDBits: Hashable, Sendable {
+    public var high: UInt64
+    public var low: UInt64
+
+    public init(high: UInt64, low: UInt64) {
+        self.high = high
+        self.low = low
     }
 }

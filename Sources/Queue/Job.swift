@@ -111,10 +111,10 @@ public final class Job: Sendable {
         if let explicitAPNsID {
             notification.apnsID = explicitAPNsID
         } else if let apnsIDBaseText {
-            notification.apnsID = StableID.apnsID(namespace: apnsIDNamespace, origin: apnsIDBaseText, token: token)
+            notification.apnsIDBits = StableID.bits(namespace: apnsIDNamespace, origin: apnsIDBaseText, token: token)
         } else {
             // The same id as hashing `entryID.description`, without building that string.
-            notification.apnsID = StableID.apnsID(namespace: apnsIDNamespace, origin: entryID, token: token)
+            notification.apnsIDBits = StableID.bits(namespace: apnsIDNamespace, origin: entryID, token: token)
         }
         return notification
     }

@@ -8,6 +8,11 @@ public enum StableID {
     /// finishing). A non-empty `namespace` (the queue) is hashed first, as if written
     /// `namespace/origin`, without building that string.
     public static func apnsID(namespace: String = "", origin: String, token: String) -> String {
+        UUIDString.make(bits(namespace: namespace, origin: origin, token: token))
+    }
+
+    /// The bits `apnsID(namespace:origin:token:)` spells.
+    public static func bits(namespace: String = "", origin: String, token: String) -> UUIDBits {
         var state = State(namespace: namespace)
         for byte in origin.utf8 { state.feedOrigin(byte) }
         return state.finish(token: token)
@@ -16,6 +21,11 @@ public enum StableID {
     /// The same id as `apnsID(namespace:origin:token:)` with `origin.description`, hashing the
     /// entry id's digits as they are produced instead of building its string (once per job).
     public static func apnsID(namespace: String = "", origin: StreamEntryID, token: String) -> String {
+        UUIDString.make(bits(namespace: namespace, origin: origin, token: token))
+    }
+
+    /// The bits `apnsID(namespace:origin:token:)` spells, for an entry id.
+    public static func bits(namespace: String = "", origin: StreamEntryID, token: String) -> UUIDBits {
         var state = State(namespace: namespace)
         state.feedDecimal(origin.milliseconds)
         state.feedOrigin(0x2D)  // "-"
@@ -63,7 +73,7 @@ public enum StableID {
             low = (low ^ UInt64(folded)) &* 0x100_0000_01b3 ^ 0x7F4A
         }
 
-        mutating func finish(token: String) -> String {
+        mutating func finish(token: String) -> UUIDBits {
             high = (high ^ 0x3A) &* 0x100_0000_01b3
             low = (low ^ 0x3A) &* 0x100_0000_01b3
             // Tokens are hex in either case: fold to lowercase so both spell one id. A native
@@ -75,7 +85,7 @@ public enum StableID {
             if hashed == nil {
                 for byte in token.utf8 { feedToken(byte) }
             }
-            return UUIDString.make(high: StableID.mix(high), low: StableID.mix(low ^ high))
+            return UUIDBits(high: StableID.mix(high), low: StableID.mix(low ^ high))
         }
     }
 

@@ -93,7 +93,11 @@ public final class RequestHeaderBuilder {
         if let collapseID = notification.collapseID { add(8, writer.append(collapseID)) }
         // Unique per notification: indexing it would only push the provider token and the
         // topic out of HPACK's 4 KB table (on both sides), so they would travel in full again.
-        if let apnsID = notification.apnsID { add(9, writer.append(apnsID), noIndex: true) }
+        if let bits = notification.apnsIDBits {
+            add(9, writer.append(uuid: bits), noIndex: true)
+        } else if let apnsID = notification.apnsID {
+            add(9, writer.append(apnsID), noIndex: true)
+        }
         if let authorization { add(10, writer.append(bytes: authorization)) }
         return body(nva, count)
     }
@@ -125,6 +129,14 @@ public final class RequestHeaderBuilder {
         mutating func append(_ string: String) -> Range<Int> {
             var string = string
             return string.withUTF8 { append(bytes: $0) }
+        }
+
+        mutating func append(uuid bits: UUIDBits) -> Range<Int> {
+            let start = position
+            guard capacity - position >= 36 else { return start..<start }
+            UUIDString.write(bits, into: base + position)
+            position += 36
+            return start..<position
         }
 
         mutating func append(integer: Int64) -> Range<Int> {
