@@ -384,7 +384,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     /// Takes in entries read or claimed: decodes, dead-letters the malformed, queues the rest.
     private func accept(_ entries: [StreamRecord], deliveries: [StreamEntryID: Int]?) {
         for entry in entries {
-            if heldEntries.contains(entry.id) { continue }
+            // Held from here on: every path below ends in admit() or finalize(), and the entry
+            // leaves `heldEntries` only when EXEC confirms its acknowledgement.
+            guard heldEntries.insert(entry.id).inserted else { continue }
             let fields = entry.fields
             guard !fields.isEmpty else {
                 // Deleted while pending: nothing to deliver; acknowledge it.
@@ -427,7 +429,6 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             index = jobs.count
             jobs.append(record)
         }
-        heldEntries.insert(job.entryID)
         for token in job.invalidTokens {
             record.deadLetters.append((token.token, token.error.code, token.error.description, 0))
         }
@@ -752,7 +753,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     /// EXEC confirms them: re-reading our pending list after a Redis reconnect (or a claim) must
     /// not take in, and send again, an entry whose outcome is only waiting to be written.
     private func finalize(_ finalization: Finalization) {
-        heldEntries.insert(finalization.entryID)
+        // The entry is already in `heldEntries` (accept() put it there).
         finishing.append(finalization)
         scheduleFinalization()
     }
