@@ -222,10 +222,14 @@ PEER_VERSION=""
 REDIS_VERSION="$(redis-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p')"
 log "herald: $BIN${LABEL:+ ($LABEL)}; N=$N, runs $RUNS, ${CONNECTIONS}x${STREAMS}, ${PAYLOAD_BYTES} B, sections $SECTIONS"
 
-# --- latency 0: h2load, Herald (1 worker), the peer, Herald (2 workers), rotated -------------
+# --- latency 0: h2load and Herald (1 and 2 workers) rotated, then the peer's rounds -----------
+# The peer runs after the h2load/Herald rounds, not between them: a 15-20 s pure-Python burn of
+# one core left the next runs of both h2load and Herald slower on this VM (the emulator itself
+# was idle afterwards), so interleaving it made the h2load/Herald ratio depend on run order.
 TOOLS_AT_ZERO=(h2load herald-1w)
-if has_section peers; then for s in ${PEER_STREAMS//,/ }; do TOOLS_AT_ZERO+=("aioapns-$s"); done; fi
 has_section workers && TOOLS_AT_ZERO+=(herald-2w)
+PEER_TOOLS=()
+if has_section peers; then for s in ${PEER_STREAMS//,/ }; do PEER_TOOLS+=("aioapns-$s"); done; fi
 tool_arg() {
     case "$1" in
         herald-*w) local w="${1#herald-}"; echo "${w%w}" ;;
@@ -243,11 +247,15 @@ bench_start_emulator lat0 --stats-port 0 --latency-ms 0
 log "warm-up (not counted)"
 run_h2load warmup-h2load $(( N / 10 > CONNECTIONS ? N / 10 : CONNECTIONS )) >/dev/null
 run_herald warmup-herald $(( N / 10 > 1000 ? N / 10 : 1000 )) 1 >/dev/null
-count=${#TOOLS_AT_ZERO[@]}
-for run in $(seq "$RUNS"); do
-    for i in $(seq 0 $((count - 1))); do
-        tool="${TOOLS_AT_ZERO[$(( (i + run - 1) % count ))]}"
-        measure main 0 "$tool" "$run" "$(tool_n "$tool")" "$(tool_arg "$tool")"
+for tools in "${TOOLS_AT_ZERO[*]}" "${PEER_TOOLS[*]}"; do
+    read -r -a group <<<"$tools"
+    count=${#group[@]}
+    [ "$count" -gt 0 ] || continue
+    for run in $(seq "$RUNS"); do
+        for i in $(seq 0 $((count - 1))); do
+            tool="${group[$(( (i + run - 1) % count ))]}"
+            measure main 0 "$tool" "$run" "$(tool_n "$tool")" "$(tool_arg "$tool")"
+        done
     done
 done
 bench_stop_emulator

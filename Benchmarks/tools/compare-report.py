@@ -91,7 +91,8 @@ def main():
       f"{env('PAYLOAD')}-byte JSON body; {conns} connections × {streams} concurrent streams per connection")
     p(f"- N: {g(int(env('N')))} per h2load / Herald run, {env('RUNS')} round(s) at latency 0 in rotated order "
       f"(after an uncounted warm-up of each); the peer {g(int(env('PEER_N')))} per run (after a warm-up of N/10), "
-      f"stopping after {env('PEER_MAX_SECONDS')} s")
+      f"stopping after {env('PEER_MAX_SECONDS')} s, in its own rounds after h2load's and Herald's; before each "
+      f"run the emulator forgets the apns-ids it accepted")
     p(f"- emulator: `herald mock-apns` (TLS, HTTP/2, 1 stream until the first valid request, then {streams}); one instance "
       f"for every client at latency 0, one per latency in the sweep")
     p(f"- herald: {env('BIN')}{' (' + env('LABEL') + ')' if env('LABEL') else ''}; repository at {env('COMMIT')}; "
