@@ -53,16 +53,8 @@ public enum StableID {
 
         /// `value`'s decimal digits, most significant first, with no string in between.
         mutating func feedDecimal(_ value: UInt64) {
-            var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: room for 20 digits
-            withUnsafeMutableBytes(of: &digits) { buffer in
-                var rest = value
-                var start = buffer.count
-                repeat {
-                    start -= 1
-                    buffer[start] = UInt8(truncatingIfNeeded: rest % 10) + 0x30
-                    rest /= 10
-                } while rest > 0
-                for index in start..<buffer.count { feedOrigin(buffer[index]) }
+            DecimalDigits.with(value) { digits in
+                for digit in digits { feedOrigin(digit) }
             }
         }
 

@@ -1,3 +1,4 @@
+import APNs
 import CHiredis
 import Glibc
 
@@ -327,19 +328,8 @@ public final class RedisConnection: IOHandler, TickObserver {
     }
 
     private func appendDecimal(_ value: UInt64) {
-        // Digits come out least significant first (division by the constant 10 compiles to a
-        // multiply); two ids per acknowledged entry go through here.
-        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: room for 20 digits
-        withUnsafeMutableBytes(of: &digits) { buffer in
-            var rest = value
-            var start = buffer.count
-            repeat {
-                start -= 1
-                buffer[start] = UInt8(truncatingIfNeeded: rest % 10) + 0x30
-                rest /= 10
-            } while rest > 0
-            output.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[start...]))
-        }
+        // Two ids per acknowledged entry go through here.
+        DecimalDigits.with(value) { output.append(contentsOf: $0) }
     }
 
     /// Queues one command whose reply is read straight from the tape (see `RawCompletion`).

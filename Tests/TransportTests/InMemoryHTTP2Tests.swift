@@ -26,6 +26,32 @@ struct InMemoryHTTP2Tests {
         func connectionClosed(_ connection: APNsConnection, error: ConnectionError?) { closed = true }
     }
 
+    /// A client and a server connection wired in memory, SETTINGS exchanged (100 streams).
+    final class Pair {
+        let loop: EventLoop
+        let server: HTTP2ServerConnection
+        let client: APNsConnection
+        let serverDelegate = Server()
+        let clientDelegate = Client()
+
+        init() throws {
+            loop = try EventLoop()
+            server = HTTP2ServerConnection(inMemoryOn: loop, initialMaxConcurrentStreams: 100)
+            client = APNsConnection(
+                loop: loop, host: "api.push.apple.com", port: 443, tlsContext: try TLSContext(clientTrusting: nil), maxStreams: 100)
+            server.delegate = serverDelegate
+            client.delegate = clientDelegate
+            client.setAuthorization(jwt: "header.claims.signature", generation: 1)
+            try client.startInMemory()
+            try server.startInMemory()
+            for _ in 0..<4 { _ = clientToServer(); _ = serverToClient() }
+            try #require(client.streamSlots == 100, "the server's SETTINGS reached the client")
+        }
+
+        func clientToServer() -> Int { client.sendInMemory { server.receiveInMemory($0) } }
+        func serverToClient() -> Int { server.sendInMemory { client.receiveInMemory($0) } }
+    }
+
     static func request(_ index: UInt64) -> PendingRequest {
         let notification = Notification(
             deviceToken: String(repeating: "ab", count: 32), topic: "com.example.herald", pushType: .alert,
@@ -38,21 +64,10 @@ struct InMemoryHTTP2Tests {
     /// client reads them as "not processed" and resends them; had the server answered them too,
     /// each would be delivered twice (seen in CI as hundreds of duplicates under GOAWAY storms).
     @Test func streamsArrivingAfterAnUnsentGoAwayAreRefusedNotAnswered() throws {
-        let loop = try EventLoop()
-        let server = HTTP2ServerConnection(inMemoryOn: loop, initialMaxConcurrentStreams: 100)
-        let serverDelegate = Server()
-        server.delegate = serverDelegate
-        let client = APNsConnection(
-            loop: loop, host: "api.push.apple.com", port: 443, tlsContext: try TLSContext(clientTrusting: nil), maxStreams: 100)
-        let clientDelegate = Client()
-        client.delegate = clientDelegate
-        client.setAuthorization(jwt: "header.claims.signature", generation: 1)
-        try client.startInMemory()
-        try server.startInMemory()
-        func clientToServer() -> Int { client.sendInMemory { server.receiveInMemory($0) } }
-        func serverToClient() -> Int { server.sendInMemory { client.receiveInMemory($0) } }
-        for _ in 0..<4 { _ = clientToServer(); _ = serverToClient() }
-        try #require(client.streamSlots == 100, "the server's SETTINGS reached the client")
+        let pair = try Pair()
+        let (server, client, serverDelegate, clientDelegate) = (pair.server, pair.client, pair.serverDelegate, pair.clientDelegate)
+        func clientToServer() -> Int { pair.clientToServer() }
+        func serverToClient() -> Int { pair.serverToClient() }
 
         // Stream 1 reaches the server, which answers it and decides to go away after it.
         #expect(client.submit(Self.request(1)))
@@ -89,20 +104,9 @@ struct InMemoryHTTP2Tests {
     /// The client's nghttp2 session allocates from a per-connection pool: while streams run, the
     /// pool recycles blocks; when the session is deleted every block has come back to it.
     @Test func pooledSessionReturnsEveryBlock() throws {
-        let loop = try EventLoop()
-        let server = HTTP2ServerConnection(inMemoryOn: loop, initialMaxConcurrentStreams: 100)
-        let serverDelegate = Server()
-        server.delegate = serverDelegate
-        let client = APNsConnection(
-            loop: loop, host: "api.push.apple.com", port: 443, tlsContext: try TLSContext(clientTrusting: nil), maxStreams: 100)
-        let clientDelegate = Client()
-        client.delegate = clientDelegate
-        client.setAuthorization(jwt: "header.claims.signature", generation: 1)
-        try client.startInMemory()
-        try server.startInMemory()
-        func pump() -> Int { client.sendInMemory { server.receiveInMemory($0) } + server.sendInMemory { client.receiveInMemory($0) } }
-        for _ in 0..<4 { _ = pump() }
-        try #require(client.streamSlots == 100)
+        let pair = try Pair()
+        let (client, clientDelegate) = (pair.client, pair.clientDelegate)
+        func pump() -> Int { pair.clientToServer() + pair.serverToClient() }
 
         var next: UInt64 = 0
         for _ in 0..<5 {
