@@ -86,17 +86,14 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
 
     private static let nameBytes = Array(":statusapns-idcontent-typecontent-length".utf8)
 
-    public init(loop: EventLoop, fd: Int32, tlsContext: TLSContext, identifier: Int, initialMaxConcurrentStreams: UInt32) throws(ConnectionError) {
-        self.identifier = identifier
-        self.initialMaxConcurrentStreams = initialMaxConcurrentStreams
-        responseNames = .allocate(capacity: HTTP2ServerConnection.nameBytes.count)
-        responseNames.initialize(from: HTTP2ServerConnection.nameBytes, count: HTTP2ServerConnection.nameBytes.count)
-        super.init(loop: loop, host: "client")
+    public convenience init(loop: EventLoop, fd: Int32, tlsContext: TLSContext, identifier: Int, initialMaxConcurrentStreams: UInt32) throws(ConnectionError) {
+        self.init(inMemoryOn: loop, identifier: identifier, initialMaxConcurrentStreams: initialMaxConcurrentStreams)
         try adopt(fd: fd, context: tlsContext)
     }
 
-    /// A connection with no socket, wired to a peer in memory with `startInMemory`,
-    /// `receiveInMemory` and `sendInMemory` (tests and micro-benchmarks).
+    /// A connection with no socket yet: the socket initializer adopts one; tests and
+    /// micro-benchmarks wire it to a peer in memory with `startInMemory`, `receiveInMemory` and
+    /// `sendInMemory`.
     @_spi(Benchmarks)
     public init(inMemoryOn loop: EventLoop, identifier: Int = 0, initialMaxConcurrentStreams: UInt32) {
         self.identifier = identifier

@@ -80,6 +80,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             !superseded.isEmpty && superseded[tokenIndex]
         }
 
+        /// A queued token superseded by a newer job: counted when the queue reaches it.
         func markSuperseded(_ tokenIndex: Int) {
             if superseded.isEmpty { superseded = Array(repeating: false, count: job.tokens.count) }
             superseded[tokenIndex] = true
@@ -436,7 +437,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         for (tokenIndex, token) in job.tokens.enumerated() {
             let context = UInt64(index) << 16 | UInt64(tokenIndex)
             if let collapseID = job.template.collapseID {
-                let key = collapseID + "\u{0}" + token.lowercased()
+                let key = QueueWorker.collapseKey(collapseID, token)
                 if let newest = acceptedCollapse[key], newest > origin {
                     // A newer update with this collapse id already reached the device.
                     supersedeAtAdmission(record)
@@ -445,7 +446,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 if let older = queuedCollapse[key], let olderRecord = jobRecord(for: older) {
                     let olderOrigin = olderRecord.job.originID
                     if olderOrigin < origin {
-                        markSuperseded(olderRecord, Int(older & 0xFFFF))
+                        olderRecord.markSuperseded(Int(older & 0xFFFF))
                     } else {
                         supersedeAtAdmission(record)
                         continue
@@ -477,9 +478,10 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         record.remaining -= 1
     }
 
-    /// A queued token superseded by a newer job: counted when the queue reaches it.
-    private func markSuperseded(_ record: JobRecord, _ tokenIndex: Int) {
-        record.markSuperseded(tokenIndex)
+    /// The key of a collapsible notification: its collapse id and its device token (tokens are
+    /// lowercase from `JobDecoder` on, so no folding here).
+    static func collapseKey(_ collapseID: String, _ token: String) -> String {
+        collapseID + "\u{0}" + token
     }
 
     // MARK: sending
@@ -500,7 +502,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             guard let record = jobs[index] else { continue }
             let token = record.job.tokens[tokenIndex]
             if let collapseID = record.job.template.collapseID {
-                let key = collapseID + "\u{0}" + token.lowercased()
+                let key = QueueWorker.collapseKey(collapseID, token)
                 if queuedCollapse[key] == context { queuedCollapse[key] = nil }
             }
             if record.isSuperseded(tokenIndex) {
@@ -540,7 +542,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             counters.accepted += 1
             counters.endToEndLatency.record(milliseconds: acceptedWallClock() - record.job.enqueuedAt)
             if let collapseID = record.job.template.collapseID {
-                let key = collapseID + "\u{0}" + token.lowercased()
+                let key = QueueWorker.collapseKey(collapseID, token)
                 let origin = record.job.originID
                 if acceptedCollapse.count > 200_000 { acceptedCollapse.removeAll() }
                 if (acceptedCollapse[key] ?? StreamEntryID(milliseconds: 0, sequence: 0)) < origin { acceptedCollapse[key] = origin }
