@@ -162,6 +162,7 @@ bench_watch_client() {
     while kill -0 "$sub" 2>/dev/null; do
         if ! kill -0 "$EMU_PID" 2>/dev/null; then
             pkill -TERM -P "$sub" 2>/dev/null || true
+            kill -TERM "$sub" 2>/dev/null || true
             wait "$sub" 2>/dev/null || true
             bench_emulator_died
         fi

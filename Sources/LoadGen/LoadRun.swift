@@ -190,7 +190,11 @@ public final class LoadRun {
         report.supersededKnown = !(c.attachWorkers && metricsAddresses.isEmpty)
         let countingDeadline = EventLoop.monotonicMilliseconds() + 3_000
         while true {
-            let emulator = emulatorStatistics(apns.stats)?.since(emulatorBaseline) ?? EmulatorStatistics()
+            // Without the emulator's counts nothing can be called delivered: say so, rather than
+            // report every notification as lost.
+            guard let emulator = emulatorStatistics(apns.stats)?.since(emulatorBaseline) else {
+                throw LoadGenError("could not read the emulator's counts from \(apns.stats.host):\(apns.stats.port)/_herald/stats (did it exit?); the run's outcomes are unknown")
+            }
             let stats = try inspector.stats(keys: keys)
             report.accepted = emulator.acceptedUnique
             report.duplicated = emulator.duplicates

@@ -133,13 +133,6 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         return current
     }
 
-    /// Forgets every count (between phases of a benchmark).
-    public func resetStatistics() {
-        statistics = MockAPNsStatistics()
-        acceptedIDs.removeAll()
-        if latency != nil { latency = LatencyRecorder() }
-    }
-
     /// Forgets which apns-ids were accepted (keeping the table's capacity) but keeps every count.
     /// Between independent runs of a benchmark that share one emulator: each run then pays for a
     /// table holding its own ids, not every id of the runs before it. A duplicate of an id
@@ -240,9 +233,11 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         if answer.status == 200 {
             statistics.accepted += 1
             if let uuid = answer.uuid {
-                let previous = acceptedIDs[uuid] ?? 0
-                acceptedIDs[uuid] = previous + 1
-                if previous == 0 { statistics.acceptedUnique += 1 } else { statistics.duplicates += 1 }
+                let times: UInt32 = {
+                    acceptedIDs[uuid, default: 0] += 1
+                    return acceptedIDs[uuid]!
+                }()
+                if times == 1 { statistics.acceptedUnique += 1 } else { statistics.duplicates += 1 }
             } else {
                 statistics.acceptedWithoutID += 1
             }
@@ -341,7 +336,8 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         }
 
         // Injected faults.
-        let lowerToken = token.lowercased()
+        // Folded only when a token fault is configured: no String per request otherwise.
+        let lowerToken = configuration.unregisteredPrefix == nil && configuration.throttlePrefix == nil ? "" : token.lowercased()
         if let dead = configuration.unregisteredPrefix, lowerToken.hasPrefix(dead) {
             answer = reject(410, "Unregistered")
             answer.timestamp = now

@@ -54,7 +54,10 @@ struct DemoCommand: ParsableCommand {
             Measure more: herald loadgen --help (rates, latency, faults, JSON and a latency chart).
             """)
         if !report.isClean {
-            throw ValidationError("not every notification has exactly one outcome (lost \(report.lost), duplicated \(report.duplicated))")
+            // A failed run is no usage error: say what happened, without the help text.
+            let bytes = Array("error: not every notification has exactly one outcome (lost \(report.lost), duplicated \(report.duplicated))\n".utf8)
+            _ = bytes.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
+            throw ExitCode(2)
         }
     }
 }

@@ -47,10 +47,11 @@ extension IntegrationTests {
             #expect(await bed.waitForAllOutcomes())
             let before = try await bed.onLoop { bed -> (Int, Int, Int) in
                 let counts = bed.server.currentStatistics
+                let timesBefore = bed.server.acceptedCount(apnsID: bed.apnsID(index: 0))
                 bed.server.forgetAcceptedIDs()
-                return (counts.acceptedUnique, bed.server.acceptedCount(apnsID: bed.apnsID(index: 0)),
-                        bed.server.currentStatistics.acceptedUnique)
+                return (counts.acceptedUnique, timesBefore, bed.server.currentStatistics.acceptedUnique)
             }
+            #expect(before.1 == 1, "the id was recorded before the call")
             #expect(before.0 == 50 && before.2 == 50, "counts survive: \(before)")
             try await bed.onLoop { bed in bed.enqueue(10) }
             #expect(await bed.waitForAllOutcomes())

@@ -14,6 +14,9 @@ import Testing
         let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var small: Int32 = 4096
         _ = setsockopt(client, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+        // A regression must fail the test, not hang the run: reads give up after 10 s.
+        var limit = timeval(tv_sec: 10, tv_usec: 0)
+        _ = setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(listener.port).bigEndian)
@@ -34,7 +37,9 @@ import Testing
     static func stage(_ pair: (server: Int32, client: Int32)) -> Int {
         let request = [UInt8](repeating: 0x52, count: 100)
         _ = request.withUnsafeBytes { write(pair.client, $0.baseAddress, $0.count) }
-        usleep(20_000)
+        // Wait until the request sits unread at the server.
+        var ready = pollfd(fd: pair.server, events: Int16(POLLIN), revents: 0)
+        _ = poll(&ready, 1, 5_000)
         let chunk = [UInt8](repeating: 0x41, count: 16 * 1024)
         var written = 0
         while true {
@@ -83,7 +88,7 @@ import Testing
         let started = ContinuousClock.now
         shutdown(pair.client, Int32(SHUT_WR))
         var finished = false
-        while !finished && ContinuousClock.now - started < .seconds(1) {
+        while !finished && ContinuousClock.now - started < .milliseconds(1_800) {
             usleep(5_000)
             finished = thread.submitAndWait { lingering?.finished ?? false }
         }
