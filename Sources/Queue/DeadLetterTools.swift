@@ -86,9 +86,13 @@ public final class DeadLetterTools {
             }
             return missing
         }
+        // Scan up to the newest letter as of now: a requeued job that fails again comes back as a
+        // newer letter, and must not be met (and requeued) again by the same scan.
+        let newest = RedisReplyReader.entries(try redis.run(["XREVRANGE", .text(keys.dead), "+", "-", "COUNT", "1"])).first
+        guard let end = newest?.id.description else { return [] }
         var start = "-"
         while true {
-            let reply = try redis.run(["XRANGE", .text(keys.dead), .text(start), "+", "COUNT", .integer(Int64(pageSize))])
+            let reply = try redis.run(["XRANGE", .text(keys.dead), .text(start), .text(end), "COUNT", .integer(Int64(pageSize))])
             let records = RedisReplyReader.entries(reply)
             for record in records {
                 let letter = DeadLetter(record)

@@ -696,8 +696,12 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             let group = groups[reason]!
             counters.deadLettered += group.tokens.count
             counters.deadLetteredByReason[reason, default: 0] += group.tokens.count
+            // Some of a fan-out job's tokens: like a retry, the letter carries the id its apns-ids
+            // derive from as id_base, so a requeued letter of one token does not send the raw id.
+            let idBase = job.explicitAPNsID == nil && job.apnsIDBase != job.origin ? job.apnsIDBase : nil
             commands.append(deadLetterCommand(fields: job.fields, tokens: group.tokens, reason: reason, message: group.message,
-                                              status: group.status, attempts: record.attempts, now: nowMs, origin: job.origin))
+                                              status: group.status, attempts: record.attempts, now: nowMs, origin: job.origin,
+                                              idBase: idBase))
         }
         if !record.retryTokens.isEmpty {
             counters.retried += record.retryTokens.count - record.handedBack
@@ -722,13 +726,16 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     }
 
     private func deadLetterCommand(fields: [(name: String, value: [UInt8])], tokens: [String]?, reason: String, message: String,
-                                   status: Int, attempts: Int, now: Int64, origin: String? = nil) -> [RedisArgument] {
+                                   status: Int, attempts: Int, now: Int64, origin: String? = nil,
+                                   idBase: String? = nil) -> [RedisArgument] {
         var command: [RedisArgument] = ["XADD", .text(configuration.keys.dead), "MAXLEN", "~", .integer(Int64(configuration.deadLetterMaxLength)), "*"]
         // The job's own fields, without Herald's bookkeeping (the entry states attempts itself).
         for field in fields where !(tokens != nil && (field.name == JobField.token || field.name == JobField.tokens))
-            && field.name != JobField.attempts && field.name != JobField.retryID {
+            && field.name != JobField.attempts && field.name != JobField.retryID
+            && !(idBase != nil && (field.name == JobField.id || field.name == JobField.idBase)) {
             command += [.text(field.name), .bytes(field.value)]
         }
+        if let idBase { command += [.text(JobField.idBase), .text(idBase)] }
         if let tokens {
             command += tokens.count == 1 ? [.text(JobField.token), .text(tokens[0])] : [.text(JobField.tokens), .text(tokens.joined(separator: ","))]
         }

@@ -243,6 +243,28 @@ extension IntegrationTests {
             }
         }
 
+        /// A fan-out job's dead letter holds some of its tokens: it carries the job's `id` as
+        /// `id_base`, so requeueing a letter of one token derives that token's apns-id again
+        /// instead of sending the raw `id` (which every such letter would then share).
+        @Test
+        func fanOutDeadLetterCarriesIDBaseNotTheRawID() async throws {
+            try await withWorkerBed { bed in
+                let id = "0f0f0f0f-0000-8000-8000-000000000001"
+                let good = WorkerHarness.deviceToken(1, prefix: "fb")
+                let bad = "zz" + String(repeating: "0", count: 62)
+                try await bed.enqueue(1) { _ in [("tokens", good + "," + bad), ("payload", WorkerHarness.payload(1)), ("id", id)] }
+                _ = try await bed.startWorker()
+                try await waitFor("the bad token is dead-lettered and the good one accepted", timeout: .seconds(30)) {
+                    let letters = try await bed.client.entries(bed.keys.dead)
+                    let accepted = try await bed.emulator.statistics().acceptedUnique
+                    return letters.count == 1 && accepted == 1
+                }
+                let letter = try #require(try await bed.client.entries(bed.keys.dead).first)
+                #expect(letter["token"] == bad && letter["reason"] == "bad_device_token", "\(letter)")
+                #expect(letter["id"] == nil && letter["id_base"] == id, "\(letter)")
+            }
+        }
+
         @Test
         func missingGroupIsRecreated() async throws {
             try await withWorkerBed { bed in
