@@ -424,40 +424,41 @@ public final class APNsConnection: HTTP2Endpoint {
 
 // MARK: - nghttp2 callbacks (C function pointers: no captures; `self` travels as user data)
 
-private func connection(_ userData: UnsafeMutableRawPointer?) -> APNsConnection {
-    Unmanaged<APNsConnection>.fromOpaque(userData!).takeUnretainedValue()
+@inline(__always)
+private func withConnection<R>(_ userData: UnsafeMutableRawPointer?, _ body: (APNsConnection) -> R) -> R {
+    withUnretained(userData, body)
 }
 
 private let apnsOnHeader: nghttp2_on_header_callback = { _, frame, name, nameLength, value, valueLength, _, userData in
     guard let frame, frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue) else { return 0 }
-    connection(userData).onHeader(
+    withConnection(userData) { $0.onHeader(
         streamID: frame.pointee.hd.stream_id,
         name: UnsafeBufferPointer(start: name, count: nameLength),
-        value: UnsafeBufferPointer(start: value, count: valueLength))
+        value: UnsafeBufferPointer(start: value, count: valueLength)) }
     return 0
 }
 
 private let apnsOnDataChunk: nghttp2_on_data_chunk_recv_callback = { _, _, streamID, data, length, userData in
-    connection(userData).onData(streamID: streamID, bytes: UnsafeBufferPointer(start: data, count: length))
+    withConnection(userData) { $0.onData(streamID: streamID, bytes: UnsafeBufferPointer(start: data, count: length)) }
     return 0
 }
 
 private let apnsOnStreamClose: nghttp2_on_stream_close_callback = { _, streamID, errorCode, userData in
-    connection(userData).onStreamClose(streamID: streamID, errorCode: errorCode)
+    withConnection(userData) { $0.onStreamClose(streamID: streamID, errorCode: errorCode) }
     return 0
 }
 
 private let apnsOnFrameRecv: nghttp2_on_frame_recv_callback = { _, frame, userData in
-    if let frame { connection(userData).onFrameRecv(frame) }
+    if let frame { withConnection(userData) { $0.onFrameRecv(frame) } }
     return 0
 }
 
 private let apnsOnFrameSend: nghttp2_on_frame_send_callback = { _, frame, userData in
-    if let frame { connection(userData).onFrameSend(type: frame.pointee.hd.type, streamID: frame.pointee.hd.stream_id) }
+    if let frame { withConnection(userData) { $0.onFrameSend(type: frame.pointee.hd.type, streamID: frame.pointee.hd.stream_id) } }
     return 0
 }
 
 private let apnsReadPayload: nghttp2_data_source_read_callback = { _, _, buffer, length, flags, source, userData in
     let slot = Int(bitPattern: source!.pointee.ptr) - 1
-    return connection(userData).readPayload(slot: slot, into: buffer!, length: length, flags: flags!)
+    return withConnection(userData) { $0.readPayload(slot: slot, into: buffer!, length: length, flags: flags!) }
 }

@@ -308,3 +308,12 @@ public class HTTP2Endpoint: IOHandler, TickObserver {
         tls = nil
     }
 }
+
+/// Runs `body` on the object a C library hands back as user data, without retaining it. Only for
+/// callbacks made while the object is inside a call into that library (an nghttp2 session or a
+/// hiredis reader it owns), so the object outlives the callback. Saves a retain and a release
+/// per callback, which for an object with weak references take the runtime's slow path.
+@inline(__always)
+func withUnretained<Object: AnyObject, Result>(_ userData: UnsafeMutableRawPointer?, _ body: (Object) -> Result) -> Result {
+    Unmanaged<Object>.fromOpaque(userData!)._withUnsafeGuaranteedRef(body)
+}

@@ -305,43 +305,44 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
     }
 }
 
-private func server(_ userData: UnsafeMutableRawPointer?) -> HTTP2ServerConnection {
-    Unmanaged<HTTP2ServerConnection>.fromOpaque(userData!).takeUnretainedValue()
+@inline(__always)
+private func withServer<R>(_ userData: UnsafeMutableRawPointer?, _ body: (HTTP2ServerConnection) -> R) -> R {
+    withUnretained(userData, body)
 }
 
 private let serverOnBeginHeaders: nghttp2_on_begin_headers_callback = { _, frame, userData in
     guard let frame, frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue),
           frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST else { return 0 }
-    server(userData).beginHeaders(streamID: frame.pointee.hd.stream_id)
+    withServer(userData) { $0.beginHeaders(streamID: frame.pointee.hd.stream_id) }
     return 0
 }
 
 private let serverOnHeader: nghttp2_on_header_callback = { _, frame, name, nameLength, value, valueLength, _, userData in
     guard let frame, frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue) else { return 0 }
-    server(userData).header(
+    withServer(userData) { $0.header(
         streamID: frame.pointee.hd.stream_id,
         name: UnsafeBufferPointer(start: name, count: nameLength),
-        value: UnsafeBufferPointer(start: value, count: valueLength))
+        value: UnsafeBufferPointer(start: value, count: valueLength)) }
     return 0
 }
 
 private let serverOnDataChunk: nghttp2_on_data_chunk_recv_callback = { _, _, streamID, data, length, userData in
-    server(userData).data(streamID: streamID, bytes: UnsafeBufferPointer(start: data, count: length))
+    withServer(userData) { $0.data(streamID: streamID, bytes: UnsafeBufferPointer(start: data, count: length)) }
     return 0
 }
 
 private let serverOnFrameRecv: nghttp2_on_frame_recv_callback = { _, frame, userData in
     if let frame {
-        server(userData).frameReceived(type: frame.pointee.hd.type, flags: frame.pointee.hd.flags, streamID: frame.pointee.hd.stream_id)
+        withServer(userData) { $0.frameReceived(type: frame.pointee.hd.type, flags: frame.pointee.hd.flags, streamID: frame.pointee.hd.stream_id) }
     }
     return 0
 }
 
 private let serverOnStreamClose: nghttp2_on_stream_close_callback = { _, streamID, _, userData in
-    server(userData).streamClosed(streamID: streamID)
+    withServer(userData) { $0.streamClosed(streamID: streamID) }
     return 0
 }
 
 private let serverReadBody: nghttp2_data_source_read_callback = { _, streamID, buffer, length, flags, _, userData in
-    server(userData).readBody(streamID: streamID, into: buffer!, length: length, flags: flags!)
+    withServer(userData) { $0.readBody(streamID: streamID, into: buffer!, length: length, flags: flags!) }
 }

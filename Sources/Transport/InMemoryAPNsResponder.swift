@@ -96,8 +96,9 @@ public final class InMemoryAPNsResponder: HTTP2Endpoint {
     }
 }
 
-private func responder(_ userData: UnsafeMutableRawPointer?) -> InMemoryAPNsResponder {
-    Unmanaged<InMemoryAPNsResponder>.fromOpaque(userData!).takeUnretainedValue()
+@inline(__always)
+private func withResponder<R>(_ userData: UnsafeMutableRawPointer?, _ body: (InMemoryAPNsResponder) -> R) -> R {
+    withUnretained(userData, body)
 }
 
 private let responderOnFrameRecv: nghttp2_on_frame_recv_callback = { _, frame, userData in
@@ -105,11 +106,11 @@ private let responderOnFrameRecv: nghttp2_on_frame_recv_callback = { _, frame, u
     let type = frame.pointee.hd.type
     let endStream = frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0
     if endStream && (type == UInt8(NGHTTP2_HEADERS.rawValue) || type == UInt8(NGHTTP2_DATA.rawValue)) {
-        responder(userData).requestEnded(streamID: frame.pointee.hd.stream_id)
+        withResponder(userData) { $0.requestEnded(streamID: frame.pointee.hd.stream_id) }
     }
     return 0
 }
 
 private let responderReadBody: nghttp2_data_source_read_callback = { _, _, buffer, length, flags, _, userData in
-    responder(userData).readBody(into: buffer!, length: length, flags: flags!)
+    withResponder(userData) { $0.readBody(into: buffer!, length: length, flags: flags!) }
 }

@@ -98,27 +98,28 @@ public final class RedisReplyTape {
 /// Any non-null pointer: hiredis only needs to know that an object was made.
 nonisolated(unsafe) private let madeObject = UnsafeMutableRawPointer(bitPattern: 0x1)
 
-private func tape(_ task: UnsafePointer<redisReadTask>?) -> RedisReplyTape {
-    Unmanaged<RedisReplyTape>.fromOpaque(task!.pointee.privdata!).takeUnretainedValue()
+@inline(__always)
+private func withTape(_ task: UnsafePointer<redisReadTask>?, _ body: (RedisReplyTape) -> Void) {
+    withUnretained(task!.pointee.privdata, body)
 }
 
 nonisolated(unsafe) private let tapeFunctions: UnsafeMutablePointer<redisReplyObjectFunctions> = {
     let functions = UnsafeMutablePointer<redisReplyObjectFunctions>.allocate(capacity: 1)
     functions.initialize(to: redisReplyObjectFunctions(
         createString: { task, pointer, length in
-            tape(task).appendString(type: task!.pointee.type, pointer, length)
+            withTape(task) { $0.appendString(type: task!.pointee.type, pointer, length) }
             return madeObject
         },
         createArray: { task, elements in
-            tape(task).append(.array, value: Int64(max(0, elements)))
+            withTape(task) { $0.append(.array, value: Int64(max(0, elements))) }
             return madeObject
         },
         createInteger: { task, value in
-            tape(task).append(.integer, value: Int64(value))
+            withTape(task) { $0.append(.integer, value: Int64(value)) }
             return madeObject
         },
         createNil: { task in
-            tape(task).append(.null, value: 0)
+            withTape(task) { $0.append(.null, value: 0) }
             return madeObject
         },
         freeObject: { _ in }))
