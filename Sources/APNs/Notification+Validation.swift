@@ -41,29 +41,53 @@ extension Notification {
     }
 
     private func validateDeviceToken() throws(NotificationError) {
+        if let error = Self.deviceTokenError(deviceToken) { throw error }
+    }
+
+    /// The device-token rule alone (non-empty hex of even length), for tokens checked apart from
+    /// a whole notification (a fan-out job's other tokens).
+    public static func deviceTokenError(_ token: String) -> NotificationError? {
         // A native String's bytes are contiguous: scan them as a buffer, not through UTF8View.
-        let scan: (badOffset: Int?, length: Int)? = deviceToken.utf8.withContiguousStorageIfAvailable { bytes in
-            for offset in 0..<bytes.count where !Self.isHexDigit(bytes[offset]) { return (offset, bytes.count) }
-            return (nil, bytes.count)
-        }
-        var length = 0
-        if let scan {
-            if let offset = scan.badOffset {
-                throw .badDeviceToken(tokenPrefix: NotificationError.tokenPrefix(deviceToken), offset: offset)
+        var token = token
+        let (badOffset, length) = token.withUTF8 { (firstNonHexDigit(in: $0), $0.count) }
+        if let badOffset { return .badDeviceToken(tokenPrefix: NotificationError.tokenPrefix(token), offset: badOffset) }
+        if length == 0 { return .missingDeviceToken }
+        if length % 2 != 0 { return .deviceTokenOddLength(tokenPrefix: NotificationError.tokenPrefix(token), length: length) }
+        return nil
+    }
+
+    /// The offset of the first byte that is not an ASCII hex digit (either case), or nil. Eight
+    /// bytes at a time while they all are, then byte by byte to name the offending one.
+    static func firstNonHexDigit(in bytes: UnsafeBufferPointer<UInt8>) -> Int? {
+        var offset = 0
+        if let base = bytes.baseAddress {
+            while offset + 8 <= bytes.count,
+                  allHexDigits(UnsafeRawPointer(base + offset).loadUnaligned(as: UInt64.self)) {
+                offset += 8
             }
-            length = scan.length
-        } else {
-            for byte in deviceToken.utf8 {
-                guard Self.isHexDigit(byte) else {
-                    throw .badDeviceToken(tokenPrefix: NotificationError.tokenPrefix(deviceToken), offset: length)
-                }
-                length += 1
-            }
         }
-        guard length > 0 else { throw .missingDeviceToken }
-        guard length % 2 == 0 else {
-            throw .deviceTokenOddLength(tokenPrefix: NotificationError.tokenPrefix(deviceToken), length: length)
+        while offset < bytes.count {
+            if !isHexDigit(bytes[offset]) { return offset }
+            offset += 1
         }
+        return nil
+    }
+
+    /// Whether all eight bytes of `word` are hex digits. Each byte is below 0x80 once the first
+    /// test passes, so adding `0x80 - bound` sets its top bit exactly when it is ≥ bound, with no
+    /// carry into the next byte.
+    @inline(__always)
+    static func allHexDigits(_ word: UInt64) -> Bool {
+        let high: UInt64 = 0x8080_8080_8080_8080
+        guard word & high == 0 else { return false }
+        let atLeast0 = word &+ 0x5050_5050_5050_5050      // ≥ "0" (0x30)
+        let above9 = word &+ 0x4646_4646_4646_4646        // ≥ ":" (0x3A)
+        let folded = word | 0x2020_2020_2020_2020         // "A"…"F" → "a"…"f"
+        let atLeastA = folded &+ 0x1F1F_1F1F_1F1F_1F1F    // ≥ "a" (0x61)
+        let aboveF = folded &+ 0x1919_1919_1919_1919      // ≥ "g" (0x67)
+        let digit = atLeast0 & ~above9
+        let letter = atLeastA & ~aboveF
+        return (digit | letter) & high == high
     }
 
     private func validateTopic() throws(NotificationError) {

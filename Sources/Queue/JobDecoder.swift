@@ -90,7 +90,7 @@ public enum JobDecoder {
         var checkedTemplate = false
         for candidate in tokenList {
             // A single token is checked by validate() below; only fan-out tokens need the quick check.
-            if tokenList.count > 1, let error = tokenError(candidate) {
+            if tokenList.count > 1, let error = Notification.deviceTokenError(candidate) {
                 invalid.append((candidate, error))
                 continue
             }
@@ -127,24 +127,6 @@ public enum JobDecoder {
             apnsIDBaseText: idBase ?? explicitID ?? origin,
             apnsIDNamespace: defaults.apnsIDNamespace,
             attempts: attempts, unknownFields: unknown)
-    }
-
-    /// The token rule alone (hex, even length), as `Notification.validate()` states it.
-    static func tokenError(_ token: String) -> NotificationError? {
-        var token = token
-        let badOffset = token.withUTF8 { bytes -> Int? in
-            for offset in 0..<bytes.count {
-                let byte = bytes[offset]
-                let hex = (byte >= 0x30 && byte <= 0x39) || (byte >= 0x61 && byte <= 0x66) || (byte >= 0x41 && byte <= 0x46)
-                if !hex { return offset }
-            }
-            return nil
-        }
-        if let badOffset { return .badDeviceToken(tokenPrefix: String(token.prefix(8)), offset: badOffset) }
-        let length = token.utf8.count
-        if length == 0 { return .missingDeviceToken }
-        if length % 2 != 0 { return .deviceTokenOddLength(tokenPrefix: String(token.prefix(8)), length: length) }
-        return nil
     }
 
     @inline(__always)

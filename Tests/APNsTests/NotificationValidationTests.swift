@@ -52,6 +52,38 @@ let liveActivityStart =
                 == .deviceTokenOddLength(tokenPrefix: "8d6b1f0e…", length: 63))
     }
 
+    @Test func wordAtATimeHexScanAgreesWithTheByteRuleForEveryByteAtEveryOffset() {
+        // The scan reads eight bytes at a time: put each of the 256 byte values at each offset of
+        // buffers whose lengths cover whole words, a tail, and both.
+        let hex = Array("0123456789abcdefABCDEF".utf8)
+        for length in [1, 7, 8, 9, 16, 19, 64] {
+            let clean = (0..<length).map { hex[$0 % hex.count] }
+            let cleanResult = clean.withUnsafeBufferPointer { Notification.firstNonHexDigit(in: $0) }
+            #expect(cleanResult == nil)
+            for offset in 0..<length {
+                for value in 0...255 {
+                    var bytes = clean
+                    bytes[offset] = UInt8(value)
+                    let expected = hex.contains(UInt8(value)) ? nil : offset
+                    let found = bytes.withUnsafeBufferPointer { Notification.firstNonHexDigit(in: $0) }
+                    if found != expected {
+                        Issue.record("length \(length), byte \(value) at \(offset): found \(String(describing: found)), expected \(String(describing: expected))")
+                        return
+                    }
+                }
+            }
+        }
+    }
+
+    @Test func fanOutTokenRuleMatchesTheNotificationRule() {
+        #expect(Notification.deviceTokenError(token64) == nil)
+        #expect(Notification.deviceTokenError(token64.uppercased()) == nil)
+        #expect(Notification.deviceTokenError("") == .missingDeviceToken)
+        #expect(Notification.deviceTokenError("abc") == .deviceTokenOddLength(tokenPrefix: "abc", length: 3))
+        #expect(Notification.deviceTokenError("8d6b1f0e2c4g" + String(token64.dropFirst(12)))
+                == .badDeviceToken(tokenPrefix: "8d6b1f0e…", offset: 11))
+    }
+
     @Test func nonHexCharacterIsRejectedWithItsPosition() {
         let token = "8d6b1f0e2c4g" + String(token64.dropFirst(12))
         #expect(
