@@ -67,6 +67,8 @@ public final class LoadRun {
             throw LoadGenError("\(keys.jobs) already holds \(before.depth) jobs and \(keys.retry) \(before.retrySize): a measurement needs an empty queue (use another --queue)")
         }
         let deadBaselineID = try lastEntryID(redis, key: keys.dead)
+        let deadAddedBefore = try LoadRun.entriesAdded(redis, key: keys.dead)
+        let feedbackAddedBefore = try LoadRun.entriesAdded(redis, key: keys.feedback)
         let redisVersion = (try? redis.run(["INFO", "server"]).string).flatMap(LoadRun.redisVersion) ?? "?"
         conditions.redis = c.redisURL == nil
             ? "private redis-server \(redisVersion) on \(endpoint.host):\(endpoint.port), --save '' --appendonly no"
@@ -168,8 +170,8 @@ public final class LoadRun {
                 lastAccepted = accepted
                 lastProgress = now
                 progress("\(PercentText.fixed(Double(now - clockStart) / 1000, digits: 1)) s  \(PercentText.grouped(Int(rate))) accepted/s  "
-                    + "accepted \(PercentText.grouped(accepted))  dead letters \(PercentText.grouped(stats.deadLetters - before.deadLetters))  "
-                    + "dead tokens \(PercentText.grouped(stats.feedback - before.feedback))  queue \(PercentText.grouped(stats.depth))  "
+                    + "accepted \(PercentText.grouped(accepted))  dead letters \(PercentText.grouped(try LoadRun.entriesAdded(redis, key: keys.dead) - deadAddedBefore))  "
+                    + "dead tokens \(PercentText.grouped(try LoadRun.entriesAdded(redis, key: keys.feedback) - feedbackAddedBefore))  queue \(PercentText.grouped(stats.depth))  "
                     + "pending \(PercentText.grouped(stats.group?.pending ?? 0))  retry \(PercentText.grouped(stats.retrySize))")
             }
             try redis.idle(milliseconds: 50)
@@ -200,9 +202,9 @@ public final class LoadRun {
             report.duplicated = emulator.duplicates
             report.rejectedByAPNs = emulator.rejectedTotal
             report.latency = emulator.latency
-            report.deadTokens = stats.feedback - before.feedback
+            report.deadTokens = try LoadRun.entriesAdded(redis, key: keys.feedback) - feedbackAddedBefore
             report.deadLettered = c.fanout == 1
-                ? stats.deadLetters - before.deadLetters
+                ? try LoadRun.entriesAdded(redis, key: keys.dead) - deadAddedBefore
                 : try deadLetteredNotifications(redis, key: keys.dead, after: deadBaselineID)
             report.superseded = supersededCount(metricsAddresses)
             if report.lost <= 0 || timedOut || EventLoop.monotonicMilliseconds() >= countingDeadline { break }
@@ -268,6 +270,29 @@ public final class LoadRun {
                 try redis.idle(milliseconds: 20)
                 redis.reconnect()
             }
+        }
+    }
+
+    /// Entries ever added to stream `key` (XINFO STREAM's `entries-added`, Redis 7.0+), which
+    /// trimming does not lower: the dead-letter and feedback streams are capped at about 1M
+    /// entries, so a difference of XLENs undercounts once a run pushes them past the cap. Falls
+    /// back to XLEN on an older Redis; a missing stream has had none.
+    static func entriesAdded(_ redis: BlockingRedisClient, key: String) throws -> Int {
+        let reply = try redis.pipeline([["XINFO", "STREAM", .text(key)]])[0]
+        switch reply {
+        case .array(let fields):
+            var index = 0
+            while index + 1 < fields.count {
+                if fields[index].string == "entries-added", let value = fields[index + 1].integer { return Int(value) }
+                index += 2
+            }
+            return Int(try redis.run(["XLEN", .text(key)]).integer ?? 0)
+        case .error(let message) where message.contains("no such key"):
+            return 0
+        case .error(let message):
+            throw LoadGenError("XINFO STREAM \(key): \(message)")
+        default:
+            throw LoadGenError("XINFO STREAM \(key): unexpected reply \(reply)")
         }
     }
 

@@ -2,103 +2,123 @@ import Foundation
 #if canImport(FoundationXML)
 import FoundationXML
 #endif
+@testable import LoadGen
+import Queue
 import Testing
 
-/// `herald loadgen` end to end through the real binary: it starts its own redis-server, emulator
-/// and worker process, and its JSON report must account for every notification.
-@Suite(.serialized) struct LoadGenRunTests {
-    /// Runs `herald loadgen arguments…` with `--json` into a fresh directory; returns the parsed
-    /// report, the directory and the printed text.
-    func loadgen(_ arguments: [String], timeout: TimeInterval = 240) throws -> (report: [String: Any], directory: TemporaryDirectory, output: String) {
-        let directory = try TemporaryDirectory(prefix: "herald-lg-test")
-        let jsonPath = directory.path("report.json")
-        let outputPath = directory.path("output.txt")
-        _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: try WorkerHarness.heraldBinary())
-        process.arguments = ["loadgen"] + arguments + ["--json", jsonPath, "--timeout", "180"]
-        var environment = ProcessInfo.processInfo.environment
-        for name in environment.keys where name.hasPrefix("HERALD_") && name != "HERALD_BINARY" { environment[name] = nil }
-        process.environment = environment
-        process.standardInput = FileHandle.nullDevice
-        let output = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let deadline = Date().addingTimeInterval(timeout)
-        while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.1) }
-        if process.isRunning { process.terminate(); process.waitUntilExit() }
-        let text = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
-        #expect(process.terminationStatus == 0, "herald loadgen exited \(process.terminationStatus):\n\(text)")
-        let data = try #require(FileManager.default.contents(atPath: jsonPath), "no JSON report; output:\n\(text)")
-        let report = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
-        return (report, directory, text)
-    }
-
-    func int(_ object: [String: Any]?, _ key: String) -> Int? { (object?[key] as? NSNumber)?.intValue }
-    func double(_ object: [String: Any]?, _ key: String) -> Double? { (object?[key] as? NSNumber)?.doubleValue }
-
-    @Test func everyNotificationIsAcceptedExactlyOnceAndMeasured() throws {
-        let (report, _, output) = try loadgen(["--notifications", "5000", "--tokens", "1000", "--workers", "1"])
-        let outcomes = report["outcomes"] as? [String: Any]
-        #expect(int(report, "notifications") == 5000)
-        #expect(int(outcomes, "accepted") == 5000, "\(output)")
-        #expect(int(outcomes, "lost") == 0)
-        #expect(int(outcomes, "duplicated") == 0)
-        #expect(int(outcomes, "dead_tokens") == 0)
-        #expect((double(report, "notifications_per_second") ?? 0) > 0)
-
-        let latency = try #require(report["latency"] as? [String: Any], "no latency in \(report)")
-        #expect(int(latency, "count") == 5000)
-        let percentiles = ["p50_ms", "p90_ms", "p99_ms", "p99_9_ms", "max_ms"].compactMap { double(latency, $0) }
-        #expect(percentiles.count == 5)
-        #expect(zip(percentiles, percentiles.dropFirst()).allSatisfy { $0 <= $1 }, "percentiles not monotonic: \(percentiles)")
-        #expect(percentiles[0] > 0)
-
-        let workers = report["workers"] as? [String: Any]
-        #expect((double(workers, "cpu_seconds") ?? 0) > 0)
-        #expect((int(workers, "peak_vmhwm_bytes") ?? 0) > 1_000_000)
-
-        let conditions = try #require(report["conditions"] as? [String: Any])
-        #expect((int(conditions, "cores") ?? 0) >= 1)
-        for key in ["cpu_model", "date", "herald_version", "swift_version", "git_commit", "mode", "redis", "emulator", "faults"] {
-            #expect(!((conditions[key] as? String) ?? "").isEmpty, "condition \(key) missing")
+extension IntegrationTests {
+    /// `herald loadgen` end to end through the real binary: it starts its own redis-server, emulator
+    /// and worker process, and its JSON report must account for every notification. Nested in the
+    /// serialized integration suite: a run loads both cores and must not overlap the other tests.
+    @Suite(.serialized) struct LoadGenRunTests {
+        /// Runs `herald loadgen arguments…` with `--json` into a fresh directory; returns the parsed
+        /// report, the directory and the printed text.
+        func loadgen(_ arguments: [String], timeout: TimeInterval = 240) throws -> (report: [String: Any], directory: TemporaryDirectory, output: String) {
+            let directory = try TemporaryDirectory(prefix: "herald-lg-test")
+            let jsonPath = directory.path("report.json")
+            let outputPath = directory.path("output.txt")
+            _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: try WorkerHarness.heraldBinary())
+            process.arguments = ["loadgen"] + arguments + ["--json", jsonPath, "--timeout", "180"]
+            var environment = ProcessInfo.processInfo.environment
+            for name in environment.keys where name.hasPrefix("HERALD_") && name != "HERALD_BINARY" { environment[name] = nil }
+            process.environment = environment
+            process.standardInput = FileHandle.nullDevice
+            let output = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
+            process.standardOutput = output
+            process.standardError = output
+            try process.run()
+            let deadline = Date().addingTimeInterval(timeout)
+            while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.1) }
+            if process.isRunning { process.terminate(); process.waitUntilExit() }
+            let text = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
+            #expect(process.terminationStatus == 0, "herald loadgen exited \(process.terminationStatus):\n\(text)")
+            let data = try #require(FileManager.default.contents(atPath: jsonPath), "no JSON report; output:\n\(text)")
+            let report = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+            return (report, directory, text)
         }
-        #expect(int(conditions, "payload_bytes") == 256)
-        #expect(int(conditions, "connections") == 4)
-        #expect(int(conditions, "max_streams") == 1000)
-        #expect(output.contains("lost                   0"))
-    }
 
-    @Test func unregisteredTokensAreCountedAsDeadTokens() throws {
-        // 2,000 notifications over 500 tokens: each token 4 times; 10 % of the tokens are dead.
-        let (report, _, output) = try loadgen(["--notifications", "2000", "--tokens", "500", "--unregistered-prefix", "dead",
-                                               "--unregistered-share", "0.1"])
-        let outcomes = report["outcomes"] as? [String: Any]
-        #expect(int(outcomes, "dead_tokens") == 200, "\(output)")
-        #expect(int(outcomes, "accepted") == 1800)
-        #expect(int(outcomes, "lost") == 0)
-        #expect(int(outcomes, "duplicated") == 0)
-        #expect(((report["conditions"] as? [String: Any])?["faults"] as? String)?.contains("dead") == true)
-    }
+        func int(_ object: [String: Any]?, _ key: String) -> Int? { (object?[key] as? NSNumber)?.intValue }
+        func double(_ object: [String: Any]?, _ key: String) -> Double? { (object?[key] as? NSNumber)?.doubleValue }
 
-    @Test func steadyModeWritesAPercentilePlotAPersonCanRead() throws {
-        let plotDirectory = try TemporaryDirectory(prefix: "herald-lg-plot")
-        let plot = plotDirectory.path("latency.svg")
-        let (report, _, output) = try loadgen(["--notifications", "3000", "--tokens", "300", "--rate", "2000", "--plot", plot])
-        let outcomes = report["outcomes"] as? [String: Any]
-        #expect(int(outcomes, "accepted") == 3000, "\(output)")
-        #expect(int(outcomes, "lost") == 0)
-        #expect(double(report, "producer_max_behind_ms") != nil)
-        let svg = try String(contentsOfFile: plot, encoding: .utf8)
-        #expect(svg.hasPrefix("<?xml"))
-        #expect(svg.contains("<svg") && svg.hasSuffix("</svg>\n"))
-        for label in ["Percentile", "Latency (ms)", "50%", "90%", "99%", "99.9%", "99.99%", "p99", "max", "3,000 notifications", "steady"] {
-            #expect(svg.contains(label), "the plot lacks \(label)")
+        @Test func outcomeStreamsAreCountedByEntriesAddedNotByLengthSoTrimmingCannotHideAny() throws {
+            let server = try RedisServer()
+            defer { server.stop() }
+            let redis = try BlockingRedisClient(endpoint: server.endpoint)
+            #expect(try LoadRun.entriesAdded(redis, key: "lg:dead") == 0)
+            // Capped like the dead-letter and feedback streams, at 2 instead of ~1M.
+            for index in 0..<5 {
+                try redis.run(["XADD", "lg:dead", "MAXLEN", "2", "*", "n", .text(String(index))])
+            }
+            #expect(try redis.run(["XLEN", "lg:dead"]).integer == 2)
+            #expect(try LoadRun.entriesAdded(redis, key: "lg:dead") == 5)
+            try redis.run(["SET", "lg:text", "x"])
+            #expect(throws: LoadGenError.self) { try LoadRun.entriesAdded(redis, key: "lg:text") }
         }
-        #if canImport(FoundationXML)
-        let parser = XMLParser(data: Data(svg.utf8))
-        #expect(parser.parse(), "not well-formed XML: \(String(describing: parser.parserError))")
-        #endif
+
+        @Test func everyNotificationIsAcceptedExactlyOnceAndMeasured() throws {
+            let (report, _, output) = try loadgen(["--notifications", "5000", "--tokens", "1000", "--workers", "1"])
+            let outcomes = report["outcomes"] as? [String: Any]
+            #expect(int(report, "notifications") == 5000)
+            #expect(int(outcomes, "accepted") == 5000, "\(output)")
+            #expect(int(outcomes, "lost") == 0)
+            #expect(int(outcomes, "duplicated") == 0)
+            #expect(int(outcomes, "dead_tokens") == 0)
+            #expect((double(report, "notifications_per_second") ?? 0) > 0)
+
+            let latency = try #require(report["latency"] as? [String: Any], "no latency in \(report)")
+            #expect(int(latency, "count") == 5000)
+            let percentiles = ["p50_ms", "p90_ms", "p99_ms", "p99_9_ms", "max_ms"].compactMap { double(latency, $0) }
+            #expect(percentiles.count == 5)
+            #expect(zip(percentiles, percentiles.dropFirst()).allSatisfy { $0 <= $1 }, "percentiles not monotonic: \(percentiles)")
+            #expect(percentiles[0] > 0)
+
+            let workers = report["workers"] as? [String: Any]
+            #expect((double(workers, "cpu_seconds") ?? 0) > 0)
+            #expect((int(workers, "peak_vmhwm_bytes") ?? 0) > 1_000_000)
+
+            let conditions = try #require(report["conditions"] as? [String: Any])
+            #expect((int(conditions, "cores") ?? 0) >= 1)
+            for key in ["cpu_model", "date", "herald_version", "swift_version", "git_commit", "mode", "redis", "emulator", "faults"] {
+                #expect(!((conditions[key] as? String) ?? "").isEmpty, "condition \(key) missing")
+            }
+            #expect(int(conditions, "payload_bytes") == 256)
+            #expect(int(conditions, "connections") == 4)
+            #expect(int(conditions, "max_streams") == 1000)
+            #expect(output.contains("lost                   0"))
+        }
+
+        @Test func unregisteredTokensAreCountedAsDeadTokens() throws {
+            // 2,000 notifications over 500 tokens: each token 4 times; 10 % of the tokens are dead.
+            let (report, _, output) = try loadgen(["--notifications", "2000", "--tokens", "500", "--unregistered-prefix", "dead",
+                                                   "--unregistered-share", "0.1"])
+            let outcomes = report["outcomes"] as? [String: Any]
+            #expect(int(outcomes, "dead_tokens") == 200, "\(output)")
+            #expect(int(outcomes, "accepted") == 1800)
+            #expect(int(outcomes, "lost") == 0)
+            #expect(int(outcomes, "duplicated") == 0)
+            #expect(((report["conditions"] as? [String: Any])?["faults"] as? String)?.contains("dead") == true)
+        }
+
+        @Test func steadyModeWritesAPercentilePlotAPersonCanRead() throws {
+            let plotDirectory = try TemporaryDirectory(prefix: "herald-lg-plot")
+            let plot = plotDirectory.path("latency.svg")
+            let (report, _, output) = try loadgen(["--notifications", "3000", "--tokens", "300", "--rate", "2000", "--plot", plot])
+            let outcomes = report["outcomes"] as? [String: Any]
+            #expect(int(outcomes, "accepted") == 3000, "\(output)")
+            #expect(int(outcomes, "lost") == 0)
+            #expect(double(report, "producer_max_behind_ms") != nil)
+            let svg = try String(contentsOfFile: plot, encoding: .utf8)
+            #expect(svg.hasPrefix("<?xml"))
+            #expect(svg.contains("<svg") && svg.hasSuffix("</svg>\n"))
+            for label in ["Percentile", "Latency (ms)", "50%", "90%", "99%", "99.9%", "99.99%", "p99", "max", "3,000 notifications", "steady"] {
+                #expect(svg.contains(label), "the plot lacks \(label)")
+            }
+            #if canImport(FoundationXML)
+            let parser = XMLParser(data: Data(svg.utf8))
+            #expect(parser.parse(), "not well-formed XML: \(String(describing: parser.parserError))")
+            #endif
+        }
     }
 }
