@@ -79,7 +79,7 @@ let package = Package(
             ],
             swiftSettings: swiftSettings),
         // The load generator: starts Redis, the emulator and workers, enqueues, measures, reports.
-        .target(name: "LoadGen", dependencies: ["APNs", "Transport", "Queue", "Observability"], swiftSettings: swiftSettings),
+        .target(name: "LoadGen", dependencies: ["APNs", "Transport", "Queue", "Observability", "CHeraldShims"], swiftSettings: swiftSettings),
         .executableTarget(
             name: "herald",
             dependencies: [

@@ -1,3 +1,4 @@
+import CHeraldShims
 import Glibc
 import Transport
 
@@ -5,7 +6,10 @@ import Transport
 /// redis-server, the emulator and the worker processes.
 ///
 /// Its standard output and error go to `logFile`; it does not inherit Herald's blocked signals.
-/// Owned by whoever started it, which calls `terminate()`; nothing else signals it.
+/// Owned by whoever started it, which calls `terminate()`. If Herald dies without doing so (even
+/// SIGKILL), the kernel sends the child SIGTERM (PR_SET_PDEATHSIG), so nothing is orphaned; that
+/// signal follows the starting *thread*, so start children from the main thread (as the commands
+/// do), never from a thread that ends first.
 public final class ChildProcess {
     public let pid: pid_t
     public let name: String
@@ -17,26 +21,12 @@ public final class ChildProcess {
     public init(_ arguments: [String], logFile: String, environment: [String: String] = [:]) throws(LoadGenError) {
         name = arguments[0]
         self.logFile = logFile
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, logFile, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
-        posix_spawn_file_actions_adddup2(&actions, 1, 2)
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        // The child must not inherit Herald's blocked SIGTERM/SIGINT.
-        var empty = sigset_t()
-        sigemptyset(&empty)
-        posix_spawnattr_setsigmask(&attributes, &empty)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK))
         var cArguments: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
         defer { for pointer in cArguments { free(pointer) } }
         var cEnvironment: [UnsafeMutablePointer<CChar>?] = ChildProcess.mergedEnvironment(environment).map { strdup($0) } + [nil]
         defer { for pointer in cEnvironment { free(pointer) } }
         var child: pid_t = 0
-        let rc = posix_spawnp(&child, arguments[0], &actions, &attributes, &cArguments, &cEnvironment)
+        let rc = herald_spawn_tied(arguments[0], &cArguments, &cEnvironment, logFile, &child)
         guard rc == 0 else {
             throw LoadGenError("cannot start \(arguments[0]): \(String(cString: strerror(rc))); install it (make deps) and try again")
         }

@@ -197,7 +197,6 @@ public final class LoadRun {
             guard let emulator = emulatorStatistics(apns.stats)?.since(emulatorBaseline) else {
                 throw LoadGenError("could not read the emulator's counts from \(apns.stats.host):\(apns.stats.port)/_herald/stats (did it exit?); the run's outcomes are unknown")
             }
-            let stats = try inspector.stats(keys: keys)
             report.accepted = emulator.acceptedUnique
             report.duplicated = emulator.duplicates
             report.rejectedByAPNs = emulator.rejectedTotal
@@ -482,8 +481,10 @@ public final class LoadRun {
 
     // MARK: files
 
+    /// A new directory under $TMPDIR (or /tmp) for the run's logs, key and certificate.
     static func makeTemporaryDirectory() throws -> String {
-        var template = Array("/tmp/herald-loadgen-XXXXXX".utf8CString)
+        let base = getenv("TMPDIR").map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
+        var template = Array((base + "/herald-loadgen-XXXXXX").utf8CString)
         guard let made = mkdtemp(&template) else { throw LoadGenError("cannot create a temporary directory: \(String(cString: strerror(errno)))") }
         return String(cString: made)
     }

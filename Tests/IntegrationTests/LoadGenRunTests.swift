@@ -89,6 +89,64 @@ extension IntegrationTests {
             #expect(output.contains("lost                   0"))
         }
 
+        /// Processes whose parent is `parent` (from /proc), and whether `pid` is gone or a zombie.
+        static func children(of parent: Int32) -> [Int32] {
+            let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+            return entries.compactMap(Int32.init).filter { pid in
+                guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                      let close = stat.lastIndex(of: ")") else { return false }
+                // After "(comm)": state, then the parent's pid.
+                let fields = stat[stat.index(after: close)...].split(separator: " ")
+                return fields.count > 1 && Int32(fields[1]) == parent
+            }
+        }
+
+        static func hasExited(_ pid: Int32) -> Bool {
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { return true }
+            return stat[stat.index(after: close)...].split(separator: " ").first == "Z"
+        }
+
+        @Test func killingTheLoadGeneratorOutrightStopsEverythingItStarted() throws {
+            let directory = try TemporaryDirectory(prefix: "herald-lg-kill")
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: try WorkerHarness.heraldBinary())
+            // A steady run far longer than the test: it is killed while everything runs.
+            process.arguments = ["loadgen", "--rate", "100", "--notifications", "100000", "--timeout", "600"]
+            var environment = ProcessInfo.processInfo.environment
+            for name in environment.keys where name.hasPrefix("HERALD_") && name != "HERALD_BINARY" { environment[name] = nil }
+            environment["TMPDIR"] = directory.path
+            process.environment = environment
+            process.standardInput = FileHandle.nullDevice
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            let pid = process.processIdentifier
+            // redis-server, the emulator and one worker.
+            var children: [Int32] = []
+            let started = Date().addingTimeInterval(60)
+            while Date() < started {
+                children = Self.children(of: pid)
+                if children.count >= 3 { break }
+                Thread.sleep(forTimeInterval: 0.1)
+            }
+            guard children.count >= 3 else {
+                kill(pid, SIGTERM)
+                process.waitUntilExit()
+                Issue.record("loadgen started \(children.count) of its 3 processes within 60 s")
+                return
+            }
+            // Let them settle into the run, then kill loadgen with no chance to clean up. (No
+            // waitUntilExit: Foundation may not see the exit while orphans hold its pipe.)
+            Thread.sleep(forTimeInterval: 1)
+            kill(pid, SIGKILL)
+            let deadline = Date().addingTimeInterval(20)
+            while Date() < deadline, !children.allSatisfy(Self.hasExited) { Thread.sleep(forTimeInterval: 0.1) }
+            let left = children.filter { !Self.hasExited($0) }
+            #expect(left.isEmpty, "still running 20 s after loadgen was killed: \(left)")
+            for child in left { kill(child, SIGKILL) }
+        }
+
         @Test func unregisteredTokensAreCountedAsDeadTokens() throws {
             // 2,000 notifications over 500 tokens: each token 4 times; 10 % of the tokens are dead.
             let (report, _, output) = try loadgen(["--notifications", "2000", "--tokens", "500", "--unregistered-prefix", "dead",

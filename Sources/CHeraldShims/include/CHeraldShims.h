@@ -12,6 +12,8 @@
 #include <arpa/inet.h>
 #include <sys/signalfd.h>
 #include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 
 /// Wrappers for OpenSSL function-like macros, which Swift cannot import.
 int herald_SSL_set_tlsext_host_name(SSL *ssl, const char *name);
@@ -26,6 +28,12 @@ int herald_SSL_TLSEXT_ERR_NOACK(void);
 
 /// accept4(2) with SOCK_NONBLOCK and SOCK_CLOEXEC (needs _GNU_SOURCE).
 int herald_accept4(int fd);
+
+/// Starts `file` (searched in PATH) with `argv` and `envp`: standard input from /dev/null,
+/// output and errors to `log_path`, no blocked signals, and SIGTERM when the thread that called
+/// this exits (PR_SET_PDEATHSIG), so a parent killed outright leaves no orphans. Returns 0 and
+/// sets `*pid`, or the errno of what failed (fork, opening the log, exec) in the child or here.
+int herald_spawn_tied(const char *file, char *const argv[], char *const envp[], const char *log_path, pid_t *pid);
 
 /// A size-class free-list allocator for one nghttp2 session (pool.c).
 ///

@@ -1,0 +1,61 @@
+#define _GNU_SOURCE
+#include "CHeraldShims.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+/* Only async-signal-safe calls between fork and exec: the parent has threads. */
+int herald_spawn_tied(const char *file, char *const argv[], char *const envp[], const char *log_path, pid_t *pid) {
+    int report[2];
+    if (pipe2(report, O_CLOEXEC) != 0) return errno;
+    pid_t parent = getpid();
+    pid_t child = fork();
+    if (child < 0) {
+        int error = errno;
+        close(report[0]);
+        close(report[1]);
+        return error;
+    }
+    if (child == 0) {
+        int error = 0;
+        sigset_t empty;
+        sigemptyset(&empty);
+        if (sigprocmask(SIG_SETMASK, &empty, NULL) != 0) error = errno;
+        if (!error && prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) error = errno;
+        /* The parent may have died before the line above took effect. */
+        if (!error && getppid() != parent) _exit(127);
+        /* Nothing of the parent's but standard I/O: its sockets and pipes (some not close-on-exec)
+           would otherwise stay open for as long as the child lives. The report pipe closes on exec. */
+        if (report[1] > 3) close_range(3, (unsigned)report[1] - 1, 0);
+        close_range((unsigned)report[1] + 1, ~0U, 0);
+        if (!error) {
+            int in = open("/dev/null", O_RDONLY);
+            int out = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (in < 0 || out < 0) error = errno;
+            else if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) error = errno;
+            if (in > 2) close(in);
+            if (out > 2) close(out);
+        }
+        if (!error) {
+            execvpe(file, argv, envp);
+            error = errno;
+        }
+        while (write(report[1], &error, sizeof error) < 0 && errno == EINTR) {}
+        _exit(127);
+    }
+    close(report[1]);
+    int error = 0;
+    ssize_t got;
+    do { got = read(report[0], &error, sizeof error); } while (got < 0 && errno == EINTR);
+    close(report[0]);
+    if (got == (ssize_t)sizeof error) {
+        /* The child could not start the program: reap it and say why. */
+        int status;
+        while (waitpid(child, &status, 0) < 0 && errno == EINTR) {}
+        return error;
+    }
+    *pid = child;
+    return 0;
+}
