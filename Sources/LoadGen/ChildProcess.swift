@@ -60,16 +60,24 @@ public final class ChildProcess {
 
     /// Waits until the log holds a line starting with `prefix` and returns the rest of it.
     public func waitForLine(startingWith prefix: String, timeoutMilliseconds: Int64 = 30_000) throws(LoadGenError) -> String {
+        let line = try waitForLine(saying: "\(prefix)…", timeoutMilliseconds: timeoutMilliseconds) { $0.hasPrefix(prefix) }
+        return String(line.dropFirst(prefix.count))
+    }
+
+    /// Waits until the log holds a line containing `text` and returns that line.
+    public func waitForLine(containing text: String, timeoutMilliseconds: Int64 = 30_000) throws(LoadGenError) -> String {
+        try waitForLine(saying: "…\(text)…", timeoutMilliseconds: timeoutMilliseconds) { $0.contains(text) }
+    }
+
+    private func waitForLine(saying description: String, timeoutMilliseconds: Int64, _ matches: (String) -> Bool) throws(LoadGenError) -> String {
         let deadline = EventLoop.monotonicMilliseconds() + timeoutMilliseconds
         while EventLoop.monotonicMilliseconds() < deadline {
-            for line in ChildProcess.lines(ofFile: logFile) where line.hasPrefix(prefix) {
-                return String(line.dropFirst(prefix.count))
-            }
+            if let line = ChildProcess.lines(ofFile: logFile).first(where: matches) { return line }
             guard isRunning else { break }
             usleep(10_000)
         }
         let tail = ChildProcess.lines(ofFile: logFile).suffix(5).joined(separator: "\n  ")
-        throw LoadGenError("\(name) did not say \"\(prefix)…\" (\(isRunning ? "timed out" : "it exited")); its log \(logFile) ends:\n  \(tail)")
+        throw LoadGenError("\(name) did not say \"\(description)\" (\(isRunning ? "timed out" : "it exited")); its log \(logFile) ends:\n  \(tail)")
     }
 
     static func lines(ofFile path: String) -> [String] {

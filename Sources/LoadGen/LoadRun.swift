@@ -246,14 +246,27 @@ public final class LoadRun {
         if let url = configuration.redisURL {
             do { return (try RedisEndpoint(url: url), url) } catch { throw LoadGenError("\(error)") }
         }
-        let port = try freeLocalPort()
-        let process = try ChildProcess(
-            ["redis-server", "--port", String(port), "--bind", "127.0.0.1", "--dir", directory, "--save", "", "--appendonly", "no"],
-            logFile: directory + "/redis.log")
-        children.append(process)
-        helperProcesses.append(("redis-server", process))
-        log?("  redis-server on 127.0.0.1:\(port) in \(directory)")
-        return (RedisEndpoint(host: "127.0.0.1", port: port), "redis://127.0.0.1:\(port)")
+        // redis-server cannot pick its own port (0 turns TCP off), so one is picked here; if
+        // another process binds it first, redis-server exits and the next attempt picks again.
+        var attempt = 0
+        while true {
+            attempt += 1
+            let port = try freeLocalPort()
+            let process = try ChildProcess(
+                ["redis-server", "--port", String(port), "--bind", "127.0.0.1", "--dir", directory, "--save", "", "--appendonly", "no"],
+                logFile: directory + "/redis.log")
+            children.append(process)
+            do {
+                _ = try process.waitForLine(containing: "Ready to accept connections", timeoutMilliseconds: 10_000)
+            } catch {
+                let portTaken = ChildProcess.lines(ofFile: process.logFile).contains { $0.contains("Address already in use") }
+                if portTaken && !process.isRunning && attempt < 3 { continue }
+                throw error
+            }
+            helperProcesses.append(("redis-server", process))
+            log?("  redis-server on 127.0.0.1:\(port) in \(directory)")
+            return (RedisEndpoint(host: "127.0.0.1", port: port), "redis://127.0.0.1:\(port)")
+        }
     }
 
     private func waitForRedis(_ redis: BlockingRedisClient) throws {
@@ -394,18 +407,26 @@ public final class LoadRun {
             environment["HERALD_BUNDLE_ID"] = c.bundleID
         }
         var addresses: [(host: String, port: Int)] = []
+        var started: [ChildProcess] = []
         for index in 0..<c.workers {
-            let metricsPort = try freeLocalPort()
+            // Port 0: each worker binds a free port itself and prints it (no pick-then-bind race).
             var arguments = [executable, "worker", "--redis", redisURL, "--queue", c.queue, "--apns-host", apns.host,
                              "--apns-port", String(apns.port), "--connections", String(c.connections),
                              "--max-streams", String(c.maxStreams), "--threads", String(c.threads),
-                             "--metrics-port", String(metricsPort), "--metrics-host", "127.0.0.1", "--log-level", "warning"]
+                             "--metrics-port", "0", "--metrics-host", "127.0.0.1", "--log-level", "warning"]
             if let caFile = apns.caFile { arguments += ["--ca-file", caFile] }
             if let batch = c.batch { arguments += ["--batch", String(batch)] }
             let process = try ChildProcess(arguments, logFile: directory + "/worker-\(index).log", environment: environment)
             children.append(process)
             workerProcesses.append(process)
-            addresses.append(("127.0.0.1", metricsPort))
+            started.append(process)
+        }
+        for process in started {
+            let line = try process.waitForLine(startingWith: "metrics on ")
+            guard let port = Int(line.filter { !$0.isWhitespace }) else {
+                throw LoadGenError("a worker printed an unreadable metrics port \"\(line)\" (see \(process.logFile))")
+            }
+            addresses.append(("127.0.0.1", port))
         }
         return addresses
     }

@@ -37,7 +37,7 @@ struct WorkerCommand: ParsableCommand {
     @Option(help: "Consumer name prefix in the group, unique per process (env HERALD_CONSUMER; default HOST-PID); the loop index is appended.") var consumer: String?
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error, critical (env HERALD_LOG_LEVEL).") var logLevel: String?
     @Option(name: .customLong("log-format"), help: "text, json or logfmt (env HERALD_LOG_FORMAT; default text).") var logFormat: String?
-    @Option(name: .customLong("metrics-port"), help: "Port of /metrics, /healthz and /readyz (env HERALD_METRICS_PORT; default 9464; 0 picks a free port).") var metricsPort: Int?
+    @Option(name: .customLong("metrics-port"), help: "Port of /metrics, /healthz and /readyz (env HERALD_METRICS_PORT; default 9464; 0 picks a free port and prints `metrics on PORT`).") var metricsPort: Int?
     @Option(name: .customLong("metrics-host"), help: "Address the metrics server binds (env HERALD_METRICS_HOST; default 0.0.0.0).") var metricsHost: String?
     @Flag(name: .customLong("no-metrics"), help: "Do not serve /metrics, /healthz, /readyz.") var noMetrics = false
 
@@ -91,6 +91,11 @@ struct WorkerCommand: ParsableCommand {
             }
             metricsServer = server
             logger.info("metrics on :\(server.port)/metrics, health on /healthz and /readyz")
+            if port == 0 {
+                // A port the kernel picked is useless unless said, whatever the log level.
+                print("metrics on \(server.port)")
+                fflush(nil)
+            }
         }
         for index in 0..<threadCount {
             let thread = try EventLoopThread()
