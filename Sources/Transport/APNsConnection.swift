@@ -230,16 +230,11 @@ public final class APNsConnection: HTTP2Endpoint {
     /// Sends one notification on a new stream. Precondition: `streamSlots > 0`.
     /// Returns false (and keeps nothing) if nghttp2 refused the stream.
     @discardableResult
-    public func submit(_ request: PendingRequest) -> Bool {
+    public func submit(_ request: consuming PendingRequest) -> Bool {
         guard streamSlots > 0, let session, let slotIndex = freeSlotIndices.popLast() else { return false }
         let index = Int(slotIndex)
-        slots[index].request = request
-        slots[index].request!.submittedAt = loop.now
-        slots[index].status = 0
-        slots[index].body.removeAll(keepingCapacity: true)
-        slots[index].payloadOffset = 0
-        slots[index].headersSent = false
-        slots[index].failure = nil
+        // nghttp2 copies the header list, and no callback runs inside submit: the request is moved
+        // into its slot afterwards (a move, not a copy: no retain of each of its references).
         let streamID = headers.withHeaders(for: request.notification, authorization: authorization) { nva, count in
             var provider = nghttp2_data_provider()
             provider.source.ptr = UnsafeMutableRawPointer(bitPattern: index + 1)
@@ -247,10 +242,16 @@ public final class APNsConnection: HTTP2Endpoint {
             return nghttp2_submit_request(session, nil, nva, count, &provider, UnsafeMutableRawPointer(bitPattern: index + 1))
         }
         if streamID < 0 {
-            slots[index].request = nil
             freeSlotIndices.append(slotIndex)
             return false
         }
+        request.submittedAt = loop.now
+        slots[index].request = consume request
+        slots[index].status = 0
+        slots[index].body.removeAll(keepingCapacity: true)
+        slots[index].payloadOffset = 0
+        slots[index].headersSent = false
+        slots[index].failure = nil
         inFlight += 1
         streamsOpened += 1
         if !tokenUsed && authorization != nil {
@@ -321,21 +322,20 @@ public final class APNsConnection: HTTP2Endpoint {
     }
 
     fileprivate func readPayload(slot index: Int, into buffer: UnsafeMutablePointer<UInt8>, length: Int, flags: UnsafeMutablePointer<UInt32>) -> Int {
-        guard let request = slots[index].request else {
+        let offset = slots[index].payloadOffset
+        // Read in place: binding the slot's request would copy it (and retain its references).
+        let copied = slots[index].request?.notification.payload.withUnsafeBufferPointer { payload -> (count: Int, done: Bool) in
+            let count = min(length, payload.count - offset)
+            if count > 0 { buffer.update(from: payload.baseAddress! + offset, count: count) }
+            return (count, offset + count >= payload.count)
+        }
+        guard let copied else {
             flags.pointee |= UInt32(NGHTTP2_DATA_FLAG_EOF.rawValue)
             return 0
         }
-        let offset = slots[index].payloadOffset
-        let count = request.notification.payload.withUnsafeBufferPointer { payload -> Int in
-            let count = min(length, payload.count - offset)
-            if count > 0 { buffer.update(from: payload.baseAddress! + offset, count: count) }
-            return count
-        }
-        slots[index].payloadOffset = offset + count
-        if offset + count >= request.notification.payload.count {
-            flags.pointee |= UInt32(NGHTTP2_DATA_FLAG_EOF.rawValue)
-        }
-        return count
+        slots[index].payloadOffset = offset + copied.count
+        if copied.done { flags.pointee |= UInt32(NGHTTP2_DATA_FLAG_EOF.rawValue) }
+        return copied.count
     }
 
     // MARK: completions

@@ -166,9 +166,9 @@ public final class ConnectionPool: APNsConnectionDelegate {
     /// Hands `request` to the connection with the most free slots. Returns false when no slot is free
     /// (the caller keeps the request); check `freeSlots` first to avoid that.
     @discardableResult
-    public func send(_ request: PendingRequest) -> Bool {
+    public func send(_ request: consuming PendingRequest) -> Bool {
         guard stoppedReason == nil, let connection = bestConnection(excluding: nil) else { return false }
-        return connection.submit(request)
+        return connection.submit(consume request)
     }
 
     private func bestConnection(excluding excluded: APNsConnection?) -> APNsConnection? {

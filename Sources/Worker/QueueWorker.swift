@@ -510,8 +510,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 complete(index)
                 continue
             }
-            let request = PendingRequest(notification: record.job.notification(forToken: token), context: context, attempts: record.job.attempts)
-            guard pool.send(request) else {
+            guard pool.send(PendingRequest(notification: record.job.notification(forToken: token), context: context, attempts: record.job.attempts)) else {
                 lane.putBack()
                 break
             }
