@@ -9,7 +9,7 @@ public struct EmulatorStatistics: Sendable, Equatable {
     public var rejectedTotal = 0
     public var connections = 0
     public var goAwaysSent = 0
-    public var latency: LatencyReport? = nil
+    public var latency: LatencyPercentiles? = nil
 
     public init() {}
 
@@ -26,7 +26,7 @@ public struct EmulatorStatistics: Sendable, Equatable {
             stats.rejectedTotal = int("rejected_total")
             stats.connections = int("connections")
             stats.goAwaysSent = int("goaways_sent")
-            if let latency = scanner.rootMember("latency") { stats.latency = LatencyReport(scanner: scanner, object: latency) }
+            if let latency = scanner.rootMember("latency") { stats.latency = LatencyPercentiles(scanner: scanner, object: latency) }
             return stats
         }
         guard let parsed else { return nil }

@@ -1,3 +1,4 @@
+import APNs
 import Observability
 
 /// What one load run measured, with its conditions: counts of every outcome (and of what was
@@ -19,7 +20,7 @@ public struct LoadReport: Sendable {
     public var enqueueSeconds = 0.0
     /// Steady mode: the furthest the producer fell behind its schedule (counted in the latency), ms.
     public var producerMaxBehindMilliseconds: Double? = nil
-    public var latency: LatencyReport? = nil
+    public var latency: LatencyPercentiles? = nil
     /// utime + stime of the workers this run started; nil when it measured attached workers.
     public var workerCPUSeconds: Double? = nil
     public var peakWorkerHWMBytes: Int? = nil

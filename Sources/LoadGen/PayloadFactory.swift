@@ -61,10 +61,10 @@ public final class JobFactory {
         var result: [[UInt8]] = []
         result.reserveCapacity(configuration.tokens)
         for index in 0..<configuration.tokens {
-            var state = configuration.seed &+ UInt64(index) &* 0x9E37_79B9_7F4A_7C15
+            var generator = SplitMix64(seed: configuration.seed &+ UInt64(index) &* 0x9E37_79B9_7F4A_7C15)
             var hex = ""
             while hex.count < 64 {
-                let word = String(JobFactory.mix(&state), radix: 16)
+                let word = String(generator.next(), radix: 16)
                 hex += String(repeating: "0", count: 16 - word.count) + word
             }
             // Distinct by construction: the last 8 digits are the index.
@@ -75,7 +75,7 @@ public final class JobFactory {
             result.append(Array((lead + middle + tail.suffix(8)).utf8))
         }
         // Spread the dead ones through the run instead of the first jobs.
-        var generator = SeededDraws(seed: configuration.seed)
+        var generator = SplitMix64(seed: configuration.seed)
         result.shuffle(using: &generator)
         return result
     }
@@ -109,23 +109,7 @@ public final class JobFactory {
 
     /// A uniform draw in 0..<1 for job `index`, independent per `salt`.
     static func draw(seed: UInt64, index: Int, salt: UInt64) -> Double {
-        var state = seed ^ (UInt64(index) &* 0xD1B5_4A32_D192_ED03) ^ (salt &* 0x8CB9_2BA7_2F3D_8DD7)
-        return Double(mix(&state) >> 11) / Double(1 << 53)
+        var generator = SplitMix64(seed: seed ^ (UInt64(index) &* 0xD1B5_4A32_D192_ED03) ^ (salt &* 0x8CB9_2BA7_2F3D_8DD7))
+        return Double(generator.next() >> 11) / Double(1 << 53)
     }
-
-    /// SplitMix64's step.
-    static func mix(_ state: inout UInt64) -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
-/// SplitMix64 as a `RandomNumberGenerator`, for the token shuffle.
-struct SeededDraws: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 { JobFactory.mix(&state) }
 }

@@ -1,3 +1,4 @@
+import APNs
 import Glibc
 
 /// A latency-percentile chart as hand-written SVG: x is the percentile on HdrHistogram's
@@ -26,7 +27,7 @@ public enum PercentilePlot {
     }
 
     /// The whole SVG document.
-    public static func svg(latency: LatencyReport, title: String, subtitle: [String]) -> String {
+    public static func svg(latency: LatencyPercentiles, title: String, subtitle: [String]) -> String {
         let points = latency.curve.filter { $0.percentile < 100 }
         let lastX = points.map { scale(percentile: $0.percentile) }.max() ?? 0
         let xMax = Swift.max(4, ceil(lastX))

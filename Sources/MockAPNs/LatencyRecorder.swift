@@ -1,3 +1,4 @@
+import APNs
 import Glibc
 import Histogram
 
@@ -36,22 +37,30 @@ public struct LatencyRecorder: Sendable {
         histogram.valueAtPercentile(percentile)
     }
 
-    /// The summary the stats JSON carries.
+    /// The summary the stats JSON carries (in ms, with µs precision).
     public var percentiles: LatencyPercentiles {
+        func ms(_ micros: UInt64) -> Double { Double(micros) / 1000 }
         var curve: [LatencyPercentiles.Point] = []
         let total = Double(histogram.totalCount)
         if total > 0 {
-            for level in LatencyPercentiles.curveLevels where level < 100 {
+            for level in LatencyRecorder.curveLevels where level < 100 {
                 // Beyond the last whole sample a percentile says nothing new.
                 if (100 - level) / 100 * total < 1 { break }
-                curve.append(.init(percentile: level, micros: histogram.valueAtPercentile(level)))
+                curve.append(.init(percentile: level, milliseconds: ms(histogram.valueAtPercentile(level))))
             }
-            curve.append(.init(percentile: 100, micros: histogram.maxRecorded))
+            curve.append(.init(percentile: 100, milliseconds: ms(histogram.maxRecorded)))
         }
-        return LatencyPercentiles(
-            count: count, p50: micros(atPercentile: 50), p90: micros(atPercentile: 90), p99: micros(atPercentile: 99),
-            p999: micros(atPercentile: 99.9), max: histogram.totalCount == 0 ? 0 : histogram.maxRecorded,
-            stampsInTheFuture: stampsInTheFuture, curve: curve)
+        var summary = LatencyPercentiles(
+            count: count, p50: ms(micros(atPercentile: 50)), p90: ms(micros(atPercentile: 90)), p99: ms(micros(atPercentile: 99)),
+            p999: ms(micros(atPercentile: 99.9)), max: histogram.totalCount == 0 ? 0 : ms(histogram.maxRecorded), curve: curve)
+        summary.stampsInTheFuture = stampsInTheFuture
+        return summary
+    }
+
+    /// Percentile levels of the curve: evenly spaced on the 1/(1−p) log scale, 8 per decade, to 99.999%.
+    public static let curveLevels: [Double] = (0...40).map { step in
+        let level = 100 * (1 - pow(10, -Double(step) / 8))
+        return (level * 1_000_000).rounded() / 1_000_000
     }
 
     /// Wall-clock microseconds since the epoch (the producer's clock too).
@@ -65,44 +74,5 @@ public struct LatencyRecorder: Sendable {
     public static func stampMicros(_ value: Int64) -> Int64? {
         guard value > 0 else { return nil }
         return value < 100_000_000_000_000 ? value * 1000 : value
-    }
-}
-
-/// Percentiles of end-to-end latency in µs, and a curve of (percentile, value) points for plots.
-public struct LatencyPercentiles: Sendable, Equatable {
-    public struct Point: Sendable, Equatable {
-        public var percentile: Double
-        public var micros: UInt64
-        public init(percentile: Double, micros: UInt64) {
-            self.percentile = percentile
-            self.micros = micros
-        }
-    }
-
-    public var count: Int
-    public var p50: UInt64
-    public var p90: UInt64
-    public var p99: UInt64
-    public var p999: UInt64
-    public var max: UInt64
-    public var stampsInTheFuture: Int
-    public var curve: [Point]
-
-    /// Percentile levels of the curve: evenly spaced on the 1/(1−p) log scale, 8 per decade, to 99.999%.
-    public static let curveLevels: [Double] = (0...40).map { step in
-        let level = 100 * (1 - pow(10, -Double(step) / 8))
-        return (level * 1_000_000).rounded() / 1_000_000
-    }
-
-    /// The summary as a JSON object, values in ms with µs precision.
-    public func json() -> String {
-        func ms(_ micros: UInt64) -> String {
-            let whole = micros / 1000
-            let fraction = micros % 1000
-            return "\(whole)." + String(repeating: "0", count: fraction < 10 ? 2 : fraction < 100 ? 1 : 0) + "\(fraction)"
-        }
-        let points = curve.map { "[\($0.percentile),\(ms($0.micros))]" }.joined(separator: ",")
-        return "{\"count\":\(count),\"p50_ms\":\(ms(p50)),\"p90_ms\":\(ms(p90)),\"p99_ms\":\(ms(p99)),"
-            + "\"p99_9_ms\":\(ms(p999)),\"max_ms\":\(ms(max)),\"stamps_in_the_future\":\(stampsInTheFuture),\"curve\":[\(points)]}"
     }
 }

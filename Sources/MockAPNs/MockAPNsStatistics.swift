@@ -1,3 +1,5 @@
+import APNs
+
 /// What the emulator saw, for tests, the load generator and `--stats-out`.
 public struct MockAPNsStatistics: Sendable, Equatable {
     /// Requests answered 200.

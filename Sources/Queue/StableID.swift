@@ -81,10 +81,9 @@ public enum StableID {
         }
     }
 
+    /// SplitMix64's output for `value`: its first draw when seeded with it.
     static func mix(_ value: UInt64) -> UInt64 {
-        var z = value &+ 0x9E37_79B9_7F4A_7C15
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
+        var generator = SplitMix64(seed: value)
+        return generator.next()
     }
 }

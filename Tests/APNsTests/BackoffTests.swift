@@ -6,20 +6,20 @@ import Testing
     let noJitter = Backoff(initial: .seconds(1), maximum: .seconds(60), jitter: 0)
 
     @Test func withoutJitterDelaysDoubleUpToTheCap() {
-        var rng = SeededRandom(seed: 1)
+        var rng = SplitMix64(seed: 1)
         let delays = (1...9).map { noJitter.delay(afterFailures: $0, using: &rng) }
         #expect(delays == [1, 2, 4, 8, 16, 32, 60, 60, 60].map { Duration.seconds($0) })
     }
 
     @Test(arguments: [0, -1, Int.min])
     func noFailuresMeansNoDelay(failures: Int) {
-        var rng = SeededRandom(seed: 1)
+        var rng = SplitMix64(seed: 1)
         #expect(Backoff.reconnect.delay(afterFailures: failures, using: &rng) == .zero)
         #expect(Backoff.reconnect.delayMilliseconds(afterFailures: failures, using: &rng) == 0)
     }
 
     @Test func firstFailureWaitsAboutTheInitialDelay() {
-        var rng = SeededRandom(seed: 42)
+        var rng = SplitMix64(seed: 42)
         for _ in 0..<1000 {
             let delay = Backoff.reconnect.delay(afterFailures: 1, using: &rng)
             #expect(delay >= .milliseconds(800) && delay <= .milliseconds(1200))
@@ -27,14 +27,14 @@ import Testing
     }
 
     @Test func hugeFailureCountsAreCappedQuickly() {
-        var rng = SeededRandom(seed: 3)
+        var rng = SplitMix64(seed: 3)
         #expect(noJitter.delay(afterFailures: .max, using: &rng) == .seconds(60))
         let jittered = Backoff.reconnect.delay(afterFailures: .max, using: &rng)
         #expect(jittered >= .seconds(48) && jittered <= .seconds(72))
     }
 
     @Test func jitteredDelaysStayWithinBounds() {
-        var rng = SeededRandom(seed: 7)
+        var rng = SplitMix64(seed: 7)
         let backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(5), multiplier: 3, jitter: 0.5)
         for failures in 1...20 {
             for _ in 0..<200 {
@@ -46,7 +46,7 @@ import Testing
     }
 
     @Test func fullJitterNeverGoesNegative() {
-        var rng = SeededRandom(seed: 11)
+        var rng = SplitMix64(seed: 11)
         let backoff = Backoff(initial: .seconds(1), maximum: .seconds(2), jitter: 1)
         for _ in 0..<1000 {
             let delay = backoff.delay(afterFailures: 3, using: &rng)
@@ -55,7 +55,7 @@ import Testing
     }
 
     @Test func jitterSpreadsDelaysAroundTheBase() {
-        var rng = SeededRandom(seed: 5)
+        var rng = SplitMix64(seed: 5)
         let samples = (0..<1000).map { _ in Backoff.reconnect.delayMilliseconds(afterFailures: 3, using: &rng) }
         #expect(Set(samples).count > 100)
         #expect(samples.contains { $0 < 3800 })
@@ -65,16 +65,16 @@ import Testing
     }
 
     @Test func sameSeedGivesSameDelays() {
-        var first = SeededRandom(seed: 99)
-        var second = SeededRandom(seed: 99)
+        var first = SplitMix64(seed: 99)
+        var second = SplitMix64(seed: 99)
         let a = (1...10).map { Backoff.tokenRetry.delay(afterFailures: $0, using: &first) }
         let b = (1...10).map { Backoff.tokenRetry.delay(afterFailures: $0, using: &second) }
         #expect(a == b)
     }
 
     @Test func millisecondsAgreeWithDuration() {
-        var first = SeededRandom(seed: 13)
-        var second = SeededRandom(seed: 13)
+        var first = SplitMix64(seed: 13)
+        var second = SplitMix64(seed: 13)
         for failures in 1...12 {
             let delay = Backoff.reconnect.delay(afterFailures: failures, using: &first)
             let milliseconds = Backoff.reconnect.delayMilliseconds(afterFailures: failures, using: &second)
@@ -84,13 +84,13 @@ import Testing
     }
 
     @Test func multiplierIsApplied() {
-        var rng = SeededRandom(seed: 1)
+        var rng = SplitMix64(seed: 1)
         let backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(10), multiplier: 1.5, jitter: 0)
         #expect(backoff.delayMilliseconds(afterFailures: 3, using: &rng) == 225)
     }
 
     @Test func multiplierOfOneKeepsTheInitialDelay() {
-        var rng = SeededRandom(seed: 1)
+        var rng = SplitMix64(seed: 1)
         let backoff = Backoff(initial: .milliseconds(250), maximum: .seconds(10), multiplier: 1, jitter: 0)
         #expect(backoff.delayMilliseconds(afterFailures: 1_000_000, using: &rng) == 250)
     }
@@ -104,7 +104,7 @@ import Testing
     }
 
     @Test func tokenRetryReachesTenMinutes() {
-        var rng = SeededRandom(seed: 1)
+        var rng = SplitMix64(seed: 1)
         let capped = Backoff(initial: .seconds(1), maximum: .seconds(600), jitter: 0)
         #expect(capped.delay(afterFailures: 10, using: &rng) == .seconds(512))
         #expect(capped.delay(afterFailures: 11, using: &rng) == .seconds(600))

@@ -1,0 +1,20 @@
+/// SplitMix64 (Steele, Lea and Flood): a small, fast generator whose whole state is one word, so
+/// a seed always gives the same sequence. For reproducible fault injection, load shapes, hashing's
+/// final mix and deterministic tests (`Backoff` takes any generator); not for anything secret.
+public struct SplitMix64: RandomNumberGenerator, Sendable {
+    @usableFromInline var state: UInt64
+
+    @inlinable
+    public init(seed: UInt64) {
+        state = seed
+    }
+
+    @inlinable
+    public mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
