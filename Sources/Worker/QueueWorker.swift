@@ -196,27 +196,11 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         var sample = QueueSample()
         writer.send(["XLEN", keys.jobs]) { result in sample.depth = Int(result.integerValue ?? 0) }
         writer.send(["XINFO", "GROUPS", keys.jobs]) { result in
-            guard case .success(.array(let groups)) = result else { return }
-            for group in groups {
-                guard case .array(let pairs) = group else { continue }
-                var name: String? = nil
-                var pending = 0
-                var lag = 0
-                var index = 0
-                while index + 1 < pairs.count {
-                    switch pairs[index].string {
-                    case "name": name = pairs[index + 1].string
-                    case "pending": pending = Int(pairs[index + 1].integer ?? 0)
-                    case "lag": lag = Int(pairs[index + 1].integer ?? 0)
-                    default: break
-                    }
-                    index += 2
-                }
-                if name == keys.group {
-                    sample.pending = pending
-                    sample.lag = lag
-                }
-            }
+            // Read as `herald stats` reads it (QueueInspector), minus what a gauge does not need.
+            guard case .success(.array(let groups)) = result,
+                  let info = groups.map(RedisReplyReader.map).first(where: { $0["name"]?.string == keys.group }) else { return }
+            sample.pending = Int(info["pending"]?.integer ?? 0)
+            sample.lag = Int(info["lag"]?.integer ?? 0)
         }
         writer.send(["ZCARD", keys.retry]) { result in sample.retrySetSize = Int(result.integerValue ?? 0) }
         writer.send(["XLEN", keys.dead]) { result in sample.deadLetters = Int(result.integerValue ?? 0) }
