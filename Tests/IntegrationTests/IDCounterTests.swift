@@ -1,0 +1,49 @@
+import APNs
+@testable import MockAPNs
+import Testing
+
+/// The emulator's duplicate detector: every id counted exactly, through growth and forgetting.
+@Suite struct IDCounterTests {
+    @Test func countsEachIdSeparatelyThroughGrowth() {
+        // Sized for one id, fed 20,000 sequential ones (the least random input there is): the
+        // table grows ten times and must keep every count.
+        var counter = IDCounter(expected: 1)
+        let keys = (0..<20_000).map { UUIDKey(high: UInt64($0 >> 3), low: UInt64($0)) }
+        for key in keys { #expect(counter.increment(key) == 1) }
+        #expect(counter.distinct == keys.count)
+        for key in keys where key.low % 3 == 0 { #expect(counter.increment(key) == 2) }
+        for key in keys {
+            let expected: UInt32 = key.low % 3 == 0 ? 2 : 1
+            if counter.count(of: key) != expected {
+                Issue.record("id \(key.low) counted \(counter.count(of: key)), expected \(expected)")
+                return
+            }
+        }
+        #expect(counter.count(of: UUIDKey(high: 1 << 40, low: 7)) == 0)
+        #expect(counter.distinct == keys.count)
+    }
+
+    @Test func forgettingEmptiesTheTableButKeepsItUsable() {
+        var counter = IDCounter(expected: 100)
+        let key = UUIDKey(high: 0xDEAD_BEEF, low: 42)
+        #expect(counter.increment(key) == 1)
+        #expect(counter.increment(key) == 2)
+        counter.removeAll()
+        #expect(counter.distinct == 0)
+        #expect(counter.count(of: key) == 0)
+        #expect(counter.increment(key) == 1)
+    }
+
+    @Test func canonicalParseAcceptsExactlyWhatAPNsAccepts() {
+        let valid = "8f1d3c1e-5a7b-4c2d-9e0f-123456789abc"
+        let key = UUIDKey(canonical: valid)
+        #expect(key == UUIDKey(valid))
+        #expect(key?.high == 0x8f1d_3c1e_5a7b_4c2d && key?.low == 0x9e0f_1234_5678_9abc)
+        for text in [valid.uppercased(), String(valid.dropLast()), valid + "0", "8f1d3c1e5a7b-4c2d-9e0f-123456789abc-",
+                     "8f1d3c1e-5a7b-4c2d-9e0f-123456789abg", "8f1d3c1e-5a7b-4c2d-9e0f_123456789abc", ""] {
+            #expect(UUIDKey(canonical: text) == nil, "\(text)")
+            #expect(!UUIDString.isCanonical(text), "\(text)")
+        }
+        #expect(UUIDString.isCanonical(valid))
+    }
+}
