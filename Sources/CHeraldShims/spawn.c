@@ -28,8 +28,12 @@ int herald_spawn_tied(const char *file, char *const argv[], char *const envp[], 
         if (!error && getppid() != parent) _exit(127);
         /* Nothing of the parent's but standard I/O: its sockets and pipes (some not close-on-exec)
            would otherwise stay open for as long as the child lives. The report pipe closes on exec. */
-        if (report[1] > 3) close_range(3, (unsigned)report[1] - 1, 0);
-        close_range((unsigned)report[1] + 1, ~0U, 0);
+        /* Keep the report pipe above standard I/O (it may have got fd 0-2 if those were closed). */
+        int writer = fcntl(report[1], F_DUPFD_CLOEXEC, 3);
+        if (writer < 0) _exit(127);
+        if (writer > 3) close_range(3, (unsigned)writer - 1, 0);
+        close_range((unsigned)writer + 1, ~0U, 0);
+        report[1] = writer;
         if (!error) {
             int in = open("/dev/null", O_RDONLY);
             int out = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);

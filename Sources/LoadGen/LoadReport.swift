@@ -72,7 +72,7 @@ public struct LoadReport: Sendable {
             lines.append("  worker CPU             \(PercentText.fixed(per100k, digits: 2)) s per 100k notifications (user+sys, \(PercentText.fixed(cpu, digits: 2)) s in all)")
         }
         if let hwm = peakWorkerHWMBytes, let rss = maxWorkerRSSBytes {
-            lines.append("  peak worker RSS        \(megabytes(hwm)) MB (VmHWM); largest VmRSS sample \(megabytes(rss)) MB")
+            lines.append("  peak worker RSS        \(mebibytes(hwm)) MiB (VmHWM); largest VmRSS sample \(mebibytes(rss)) MiB")
         }
         if !otherCPUSeconds.isEmpty {
             let parts = otherCPUSeconds.map { "\($0.name) \(PercentText.fixed($0.seconds, digits: 2)) s" }
@@ -85,7 +85,7 @@ public struct LoadReport: Sendable {
         return lines.joined(separator: "\n")
     }
 
-    func megabytes(_ bytes: Int) -> String { PercentText.fixed(Double(bytes) / 1_048_576, digits: 1) }
+    func mebibytes(_ bytes: Int) -> String { PercentText.fixed(Double(bytes) / 1_048_576, digits: 1) }
 
     // MARK: JSON
 
