@@ -4,13 +4,28 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+int herald_on_main_thread(void) {
+    return (pid_t)syscall(SYS_gettid) == getpid();
+}
+
+static void report_and_exit(int fd, int error) {
+    while (write(fd, &error, sizeof error) < 0 && errno == EINTR) {}
+    _exit(127);
+}
 
 /* Only async-signal-safe calls between fork and exec: the parent has threads. */
 int herald_spawn_tied(const char *file, char *const argv[], char *const envp[], const char *log_path, pid_t *pid) {
     int report[2];
     if (pipe2(report, O_CLOEXEC) != 0) return errno;
     pid_t parent = getpid();
+    /* Read before fork: the child may only make async-signal-safe calls. */
+    struct rlimit files;
+    unsigned max_fd = getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY && files.rlim_cur < 1u << 20
+        ? (unsigned)files.rlim_cur : 65536u;
     pid_t child = fork();
     if (child < 0) {
         int error = errno;
@@ -27,13 +42,20 @@ int herald_spawn_tied(const char *file, char *const argv[], char *const envp[], 
         /* The parent may have died before the line above took effect. */
         if (!error && getppid() != parent) _exit(127);
         /* Nothing of the parent's but standard I/O: its sockets and pipes (some not close-on-exec)
-           would otherwise stay open for as long as the child lives. The report pipe closes on exec. */
-        /* Keep the report pipe above standard I/O (it may have got fd 0-2 if those were closed). */
+           would otherwise stay open for as long as the child lives. The report pipe is first
+           moved above standard I/O (it may have got fd 0-2 if those were closed); it closes on exec. */
         int writer = fcntl(report[1], F_DUPFD_CLOEXEC, 3);
-        if (writer < 0) _exit(127);
-        if (writer > 3) close_range(3, (unsigned)writer - 1, 0);
-        close_range((unsigned)writer + 1, ~0U, 0);
+        if (writer < 0) report_and_exit(report[1], errno);
+        if (writer > 3 && close_range(3, (unsigned)writer - 1, 0) != 0) {
+            for (int fd = 3; fd < writer; fd++) close(fd);
+        }
+        if (close_range((unsigned)writer + 1, ~0U, 0) != 0) {
+            /* Kernels before 5.9 or a seccomp filter: close them one by one. */
+            for (unsigned fd = (unsigned)writer + 1; fd < max_fd; fd++) close((int)fd);
+        }
         report[1] = writer;
+        /* Herald ignores SIGPIPE; the program it starts gets the default back. */
+        if (!error && signal(SIGPIPE, SIG_DFL) == SIG_ERR) error = errno;
         if (!error) {
             int in = open("/dev/null", O_RDONLY);
             int out = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -46,16 +68,17 @@ int herald_spawn_tied(const char *file, char *const argv[], char *const envp[], 
             execvpe(file, argv, envp);
             error = errno;
         }
-        while (write(report[1], &error, sizeof error) < 0 && errno == EINTR) {}
-        _exit(127);
+        report_and_exit(report[1], error);
     }
     close(report[1]);
     int error = 0;
     ssize_t got;
     do { got = read(report[0], &error, sizeof error); } while (got < 0 && errno == EINTR);
+    if (got < 0) error = errno;
     close(report[0]);
-    if (got == (ssize_t)sizeof error) {
+    if (got != 0) {
         /* The child could not start the program: reap it and say why. */
+        if (error == 0) error = EIO;
         int status;
         while (waitpid(child, &status, 0) < 0 && errno == EINTR) {}
         return error;

@@ -25,10 +25,13 @@ public final class ChildProcess {
         defer { for pointer in cArguments { free(pointer) } }
         var cEnvironment: [UnsafeMutablePointer<CChar>?] = ChildProcess.mergedEnvironment(environment).map { strdup($0) } + [nil]
         defer { for pointer in cEnvironment { free(pointer) } }
+        // The death signal follows the starting thread: one that ended early would take the child with it.
+        precondition(herald_on_main_thread() != 0, "ChildProcess must be started from the main thread")
         var child: pid_t = 0
         let rc = herald_spawn_tied(arguments[0], &cArguments, &cEnvironment, logFile, &child)
         guard rc == 0 else {
-            throw LoadGenError("cannot start \(arguments[0]): \(String(cString: strerror(rc))); install it (make deps) and try again")
+            let hint = rc == ENOENT ? "; install it (make deps) and try again" : " (log \(logFile))"
+            throw LoadGenError("cannot start \(arguments[0]): \(String(cString: strerror(rc)))\(hint)")
         }
         pid = child
     }

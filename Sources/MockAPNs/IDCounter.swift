@@ -43,7 +43,8 @@ struct IDCounter {
                     return 1
                 }
                 if slots[index].high == key.high && slots[index].low == key.low {
-                    slots[index].count &+= 1
+                    // Saturates: a count that wrapped to 0 would mark the slot empty.
+                    if slots[index].count < UInt32.max { slots[index].count += 1 }
                     return slots[index].count
                 }
                 index = (index + 1) & mask

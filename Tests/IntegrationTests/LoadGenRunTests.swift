@@ -89,22 +89,33 @@ extension IntegrationTests {
             #expect(output.contains("lost                   0"))
         }
 
-        /// Processes whose parent is `parent` (from /proc), and whether `pid` is gone or a zombie.
-        static func children(of parent: Int32) -> [Int32] {
+        /// A process as /proc shows it: its pid and its start time (field 22 of `stat`), which
+        /// together name one process even if the pid is reused.
+        struct ProcessIdentity: Equatable {
+            let pid: Int32
+            let startTime: Substring
+        }
+
+        /// Fields 3… of /proc/PID/stat (after "(comm)"): state, parent, …; nil if there is no such process.
+        static func statFields(_ pid: Int32) -> [Substring]? {
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { return nil }
+            return stat[stat.index(after: close)...].split(separator: " ")
+        }
+
+        /// Processes whose parent is `parent`.
+        static func children(of parent: Int32) -> [ProcessIdentity] {
             let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
-            return entries.compactMap(Int32.init).filter { pid in
-                guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-                      let close = stat.lastIndex(of: ")") else { return false }
-                // After "(comm)": state, then the parent's pid.
-                let fields = stat[stat.index(after: close)...].split(separator: " ")
-                return fields.count > 1 && Int32(fields[1]) == parent
+            return entries.compactMap(Int32.init).compactMap { pid in
+                guard let fields = statFields(pid), fields.count > 19, Int32(fields[1]) == parent else { return nil }
+                return ProcessIdentity(pid: pid, startTime: fields[19])
             }
         }
 
-        static func hasExited(_ pid: Int32) -> Bool {
-            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-                  let close = stat.lastIndex(of: ")") else { return true }
-            return stat[stat.index(after: close)...].split(separator: " ").first == "Z"
+        /// Gone, a zombie, or its pid now names another process.
+        static func hasExited(_ process: ProcessIdentity) -> Bool {
+            guard let fields = statFields(process.pid), fields.count > 19 else { return true }
+            return fields[0] == "Z" || fields[19] != process.startTime
         }
 
         @Test func killingTheLoadGeneratorOutrightStopsEverythingItStarted() throws {
@@ -123,7 +134,7 @@ extension IntegrationTests {
             try process.run()
             let pid = process.processIdentifier
             // redis-server, the emulator and one worker.
-            var children: [Int32] = []
+            var children: [ProcessIdentity] = []
             let started = Date().addingTimeInterval(60)
             while Date() < started {
                 children = Self.children(of: pid)
@@ -140,11 +151,13 @@ extension IntegrationTests {
             // waitUntilExit: Foundation may not see the exit while orphans hold its pipe.)
             Thread.sleep(forTimeInterval: 1)
             kill(pid, SIGKILL)
-            let deadline = Date().addingTimeInterval(20)
+            // Beyond a worker's 30 s drain timeout: on SIGTERM it may wait for Redis, stopping at
+            // the same moment. A passing run ends as soon as all three are gone.
+            let deadline = Date().addingTimeInterval(45)
             while Date() < deadline, !children.allSatisfy(Self.hasExited) { Thread.sleep(forTimeInterval: 0.1) }
             let left = children.filter { !Self.hasExited($0) }
-            #expect(left.isEmpty, "still running 20 s after loadgen was killed: \(left)")
-            for child in left { kill(child, SIGKILL) }
+            #expect(left.isEmpty, "still running 45 s after loadgen was killed: \(left.map(\.pid))")
+            for child in left { kill(child.pid, SIGKILL) }
         }
 
         @Test func unregisteredTokensAreCountedAsDeadTokens() throws {

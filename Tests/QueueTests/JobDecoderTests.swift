@@ -166,6 +166,14 @@ import Testing
         }
     }
 
+    /// Pinned values: an apns-id must not change between Herald versions, or a job retried by an
+    /// upgraded worker would reach the device as a second notification instead of replacing it.
+    @Test func derivedIDsAreTheSameInEveryVersion() {
+        #expect(StableID.apnsID(origin: "1700000000123-4", token: "abcd") == "be24aab3-5b37-8b56-ab89-885a27d0e71b")
+        #expect(StableID.apnsID(namespace: "orders", origin: StreamEntryID(milliseconds: 1_700_000_000_123, sequence: 4),
+                                token: String(repeating: "0f", count: 32)) == "3009deaf-ea11-8236-bcd8-b19a889f949f")
+    }
+
     @Test func differsByOriginAndByToken() {
         let ids = Set([
             StableID.apnsID(origin: "1-0", token: "abcd"),

@@ -34,6 +34,8 @@ int herald_accept4(int fd);
 /// this exits (PR_SET_PDEATHSIG), so a parent killed outright leaves no orphans. Returns 0 and
 /// sets `*pid`, or the errno of what failed (fork, opening the log, exec) in the child or here.
 int herald_spawn_tied(const char *file, char *const argv[], char *const envp[], const char *log_path, pid_t *pid);
+/// Whether the calling thread is the process's main thread (the one whose exit ends the process).
+int herald_on_main_thread(void);
 
 /// A size-class free-list allocator for one nghttp2 session (pool.c).
 ///
