@@ -20,7 +20,7 @@
 #                       identical setting, and one where aioapns is faster)
 #   --peer-max-seconds S  a peer run stops starting notifications after S s (default 15)
 #   --latencies LIST    emulator latencies, ms, for the sweep    (default 0,5,20,40)
-#   --sweep-runs K      runs per latency above 0, alternating   (default 2)
+#   --sweep-runs K      runs per latency above 0, alternating, each paired with a 0 ms run (default 2)
 #   --connections C     HTTP/2 connections, every client        (default 4)
 #   --streams M         concurrent streams per connection       (default 1000)
 #   --payload-bytes B   body size, exactly                      (default 256)
@@ -260,17 +260,36 @@ for tools in "${TOOLS_AT_ZERO[*]}" "${PEER_TOOLS[*]}"; do
 done
 bench_stop_emulator
 
-# --- the latency sweep: h2load and Herald (1 worker), an emulator per latency ----------------
+# --- the latency sweep: h2load and Herald (1 worker), each run paired with one at 0 ms ---------
+# This VM's speed drifts by a third within minutes, so a latency-L run is compared with a 0 ms
+# run of the same client taken right next to it, on the same emulator (its latency is switched
+# between the two through /_herald/latency/MS), not with the latency-0 rounds minutes earlier.
+set_latency() {
+    curl -s --max-time 10 "http://127.0.0.1:$STATS_PORT/_herald/latency/$1" >/dev/null \
+        || { echo "could not set the emulator's latency to $1 ms" >&2; exit 70; }
+}
 if has_section latency; then
+    bench_start_emulator sweep --stats-port 0 --latency-ms 0
     for latency in ${LATENCIES//,/ }; do
         [ "$latency" = 0 ] && continue  # latency 0 is the main rounds above
-        bench_start_emulator "lat$latency" --stats-port 0 --latency-ms "$latency"
         for run in $(seq "$SWEEP_RUNS"); do
             if [ $((run % 2)) = 1 ]; then order="h2load herald-1w"; else order="herald-1w h2load"; fi
-            for tool in $order; do measure latency "$latency" "$tool" "$run" "$N" "$(tool_arg "$tool")"; done
+            for tool in $order; do
+                # Alternate which of the pair goes first, too.
+                if [ $((run % 2)) = 1 ]; then pair="ref $latency"; else pair="$latency ref"; fi
+                for which in $pair; do
+                    if [ "$which" = ref ]; then
+                        set_latency 0
+                        measure latency-ref "$latency" "$tool" "$run" "$N" "$(tool_arg "$tool")"
+                    else
+                        set_latency "$latency"
+                        measure latency "$latency" "$tool" "$run" "$N" "$(tool_arg "$tool")"
+                    fi
+                done
+            done
         done
-        bench_stop_emulator
     done
+    bench_stop_emulator
 fi
 LOAD_AFTER="$(bench_loadavg)"
 ELAPSED=$((SECONDS - START_SECONDS))

@@ -44,11 +44,14 @@ def main():
     json_out = sys.argv[2] if len(sys.argv) > 2 else ""
     conns, streams = int(env("CONNECTIONS")), int(env("STREAMS"))
 
-    def runs(latency, tool):
-        return [r for r in rows if r["latency"] == latency and r["tool"] == tool]
+    def runs(latency, tool, section=None):
+        # "latency-ref" rows are 0 ms runs paired with the sweep's latency-L runs: they carry L
+        # in their latency column and count only as that latency's reference.
+        return [r for r in rows if r["latency"] == latency and r["tool"] == tool
+                and (r["section"] == section if section else r["section"] != "latency-ref")]
 
-    def median(latency, tool, key="rate"):
-        values = [r[key] for r in runs(latency, tool)]
+    def median(latency, tool, key="rate", section=None):
+        values = [r[key] for r in runs(latency, tool, section)]
         return statistics.median(values) if values else None
 
     def per_notification(latency, tool, seconds_of):
@@ -57,7 +60,7 @@ def main():
 
     tools0 = []
     for r in rows:
-        if r["latency"] == 0 and r["tool"] not in tools0:
+        if r["latency"] == 0 and r["section"] != "latency-ref" and r["tool"] not in tools0:
             tools0.append(r["tool"])
     order = {"h2load": 0, "herald-1w": 1, "herald-2w": 9}
     tools0.sort(key=lambda t: order.get(t, 5))
@@ -138,23 +141,29 @@ def main():
     if any(r["section"] == "latency" for r in rows):
         p("### Throughput as the emulator's latency grows")
         p("")
+        paired = any(r["section"] == "latency-ref" for r in rows)
         p(f"Bound = min(CPU limit, connections × streams / RTT) with RTT = the emulator's added latency, "
           f"connections × streams = {conns} × {streams} = {conns * streams:,}; the CPU limit of each client is its "
-          f"own median rate at latency 0 above.")
+          + ("own median rate at 0 ms in the runs paired with that latency's (same emulator, taken right "
+             "before or after each; column '0 ms pair'), so that a drift of the machine's speed between "
+             "sections does not enter the ratio." if paired else "own median rate at latency 0 above."))
         p("")
-        p("| latency ms | C × M / RTT /s | h2load /s | h2load ÷ bound | Herald /s | Herald ÷ bound | Herald ÷ h2load |")
-        p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        p("| latency ms | C × M / RTT /s | h2load /s | h2load 0 ms pair /s | h2load ÷ bound | Herald /s | Herald 0 ms pair /s | Herald ÷ bound | Herald ÷ h2load |")
+        p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         sweep = []
         for L in latencies:
             bound = conns * streams / (L / 1000) if L else float("inf")
-            h, hz = median(L, "h2load"), median(0, "h2load")
-            w, wz = median(L, "herald-1w"), median(0, "herald-1w")
+            h, w = median(L, "h2load"), median(L, "herald-1w")
+            # The CPU limit: the paired 0 ms runs where there are any, else the main rounds.
+            hz = (median(L, "h2load", section="latency-ref") if L else None) or median(0, "h2load")
+            wz = (median(L, "herald-1w", section="latency-ref") if L else None) or median(0, "herald-1w")
             hb = min(hz, bound) if hz else None
             wb = min(wz, bound) if wz else None
             sweep.append(dict(latency_ms=L, connection_stream_bound=None if L == 0 else bound, h2load=h, herald=w,
+                              h2load_zero_ms_pair=hz, herald_zero_ms_pair=wz,
                               h2load_over_bound=h / hb if h and hb else None, herald_over_bound=w / wb if w and wb else None))
-            p(f"| {L} | {'∞' if L == 0 else g(bound)} | {g(h) if h else '—'} | {f'{h / hb:.2f}' if h and hb else '—'} "
-              f"| {g(w) if w else '—'} | {f'{w / wb:.2f}' if w and wb else '—'} | {f'{w / h:.2f}' if w and h else '—'} |")
+            p(f"| {L} | {'∞' if L == 0 else g(bound)} | {g(h) if h else '—'} | {g(hz) if hz else '—'} | {f'{h / hb:.2f}' if h and hb else '—'} "
+              f"| {g(w) if w else '—'} | {g(wz) if wz else '—'} | {f'{w / wb:.2f}' if w and wb else '—'} | {f'{w / h:.2f}' if w and h else '—'} |")
         summary["latency_sweep"] = sweep
         p("")
         p("(target at 20 ms: Herald ≥ 0.8 × bound)")
@@ -182,7 +191,8 @@ def main():
     p("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |")
     for r in rows:
         e = r["emulator"]
-        p(f"| {r['section']} | {r['latency']} | {r['run']} | {r['tool']} | {g(r['rate'])} | {r['seconds']:.2f} | {r['ok']} | {r['not_ok']} "
+        latency_text = f"0 (pair of {r['latency']})" if r["section"] == "latency-ref" else r["latency"]
+        p(f"| {r['section']} | {latency_text} | {r['run']} | {r['tool']} | {g(r['rate'])} | {r['seconds']:.2f} | {r['ok']} | {r['not_ok']} "
           f"| {r['client_cpu_s']:.2f} | {r['emulator_cpu_s']:.2f} | {e['accepted']}/{e['rejected']}/{e['streams']}/{e['connections']} "
           f"| {r['load_before']} → {r['load_after']} | {r['detail'].replace(',', ', ')} |")
     print("\n".join(out))

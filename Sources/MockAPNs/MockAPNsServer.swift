@@ -27,6 +27,8 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     private var nextConnectionID = 1
     private var statistics = MockAPNsStatistics()
     private var acceptedIDs: IDCounter
+    /// The added round trip, from `--latency-ms`; `setLatency(milliseconds:)` changes it.
+    public private(set) var latencyMilliseconds: Int64
     private var throttled: [String: Int] = [:]
     private var verifiedTokens: [String: Result<ParsedProviderToken, ProviderTokenVerificationFailure>] = [:]
     private var random: SplitMix64
@@ -66,6 +68,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         self.configuration = configuration
         self.logger = logger
         random = SplitMix64(seed: configuration.seed)
+        latencyMilliseconds = max(0, configuration.latencyMilliseconds)
         // Growing a table of millions of apns-ids rehashes it all at once and stalls the
         // emulator for tens of ms: benchmarks say how many to expect, so it never grows mid-run.
         acceptedIDs = IDCounter(expected: configuration.expectedNotifications)
@@ -141,6 +144,14 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         acceptedIDs.removeAll()
     }
 
+    /// Changes the added round trip for requests that arrive from now on. Benchmarks switch it
+    /// between paired runs so that a run at latency L and its reference at 0 ms share one phase of
+    /// the machine. Answers already waiting keep their due time, and answers are sent in arrival
+    /// order, so right after lowering it a fast answer may wait for a slower one ahead of it.
+    public func setLatency(milliseconds: Int64) {
+        latencyMilliseconds = max(0, milliseconds)
+    }
+
     /// How many times `apnsID` was accepted.
     public func acceptedCount(apnsID: String) -> Int {
         guard let key = UUIDKey(apnsID) else { return 0 }
@@ -195,8 +206,8 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
             statistics.goAwaysSent += 1
             connection.sendGoAway(lastStreamID: connection.lastStreamID, reasonJSON: "{\"reason\":\"Shutdown\"}")
         }
-        if configuration.latencyMilliseconds > 0 {
-            delayed.append(DelayedAnswer(dueAt: loop.now + configuration.latencyMilliseconds, connection: connection, streamID: request.streamID, answer: answer))
+        if latencyMilliseconds > 0 {
+            delayed.append(DelayedAnswer(dueAt: loop.now + latencyMilliseconds, connection: connection, streamID: request.streamID, answer: answer))
             armDelayTimer()
         } else {
             send(answer, on: connection, streamID: request.streamID)

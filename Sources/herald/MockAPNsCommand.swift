@@ -15,7 +15,8 @@ struct MockAPNsCommand: ParsableCommand {
             rejections by reason, connections, streams) are served at GET /_herald/stats and written \
             as JSON to --stats-out on SIGTERM or SIGINT. Between independent benchmark runs, \
             /_herald/forget-ids (POST over HTTP/2, or GET on --stats-port) drops the table of accepted \
-            apns-ids but keeps every count, so each run works against a table of its own ids only.
+            apns-ids but keeps every count, so each run works against a table of its own ids only. \
+            GET /_herald/latency/MS on --stats-port sets the added round trip for requests from then on.
             """)
 
     @Option(help: "Address to listen on.") var host = "127.0.0.1"
@@ -102,6 +103,14 @@ struct MockAPNsCommand: ParsableCommand {
                     // Between independent benchmark runs (see MockAPNsServer.forgetAcceptedIDs).
                     server.forgetAcceptedIDs()
                     return MetricsHTTPServer.Response(status: 200, contentType: "application/json", body: Array("{}".utf8))
+                case let path where path.hasPrefix("/_herald/latency/"):
+                    // GET /_herald/latency/MS: the added round trip for requests from now on.
+                    guard let milliseconds = Int64(path.dropFirst("/_herald/latency/".count)), milliseconds >= 0 else {
+                        return MetricsHTTPServer.Response(status: 400, body: Array("want /_herald/latency/MILLISECONDS\n".utf8))
+                    }
+                    server.setLatency(milliseconds: milliseconds)
+                    return MetricsHTTPServer.Response(status: 200, contentType: "application/json",
+                                                      body: Array("{\"latency_ms\":\(server.latencyMilliseconds)}".utf8))
                 default:
                     return MetricsHTTPServer.Response(status: 404, body: Array("try /_herald/stats\n".utf8))
                 }

@@ -63,6 +63,31 @@ extension IntegrationTests {
             #expect(after.1 == 1 && after.2 == 60 && after.3 == 0, "\(after)")
         }
 
+        /// Benchmarks pair a run at latency L with one at 0 ms on the same emulator: the added round
+        /// trip changes for requests that arrive after the call.
+        @Test
+        func emulatorLatencyCanBeChangedBetweenRuns() async throws {
+            let bed = try await TestBed()
+            defer { bed.shutdown() }
+            try await bed.onLoop { bed in
+                try bed.startPool(connections: 1, maxStreams: 100)
+                bed.server.setLatency(milliseconds: 300)
+            }
+            let started = ContinuousClock.now
+            try await bed.onLoop { bed in bed.enqueue(10) }
+            #expect(await bed.waitForAllOutcomes())
+            // A lower bound only: on a loaded machine answers can be later, never earlier.
+            #expect(ContinuousClock.now - started >= .milliseconds(300))
+            let latency = try await bed.onLoop { bed -> Int64 in
+                bed.server.setLatency(milliseconds: -5)
+                return bed.server.latencyMilliseconds
+            }
+            #expect(latency == 0, "a negative latency is taken as none")
+            try await bed.onLoop { bed in bed.enqueue(10) }
+            #expect(await bed.waitForAllOutcomes())
+            #expect(try await bed.onLoop { bed in bed.server.currentStatistics.acceptedUnique } == 20)
+        }
+
         @Test
         func streamLimitStartsAtOneAndRises() async throws {
             let bed = try await TestBed { $0.maxStreams = 300 }
