@@ -184,6 +184,29 @@ public final class APNsConnection: HTTP2Endpoint {
         scheduleFlush()
     }
 
+    /// Times this connection ran out of stream ids (0 or 1: it is retired when it does).
+    public private(set) var streamIDsExhausted = 0
+
+    /// Stops taking streams, lets those in flight finish, then closes; at once if none are.
+    private func retire() {
+        shutdownGracefully()
+        // Answers trigger the close once the last stream ends; with none in flight, a timer
+        // does (never from inside submit, which the pool is still in).
+        if inFlight == 0 {
+            _ = loop.schedule(afterMilliseconds: 0) { [weak self] in
+                guard let self, self.state == .goingAway, self.inFlight == 0 else { return }
+                self.terminate(.closedLocally)
+            }
+        }
+    }
+
+    /// Moves nghttp2's next client stream id (odd), so a test can reach the end of the id space.
+    @_spi(Testing)
+    public func setNextStreamID(_ id: Int32) -> Bool {
+        guard let session else { return false }
+        return nghttp2_session_set_next_stream_id(session, id) == 0
+    }
+
     /// Closes now; in-flight requests complete as retryable on another connection.
     public func close() {
         terminate(.closedLocally)
@@ -243,6 +266,12 @@ public final class APNsConnection: HTTP2Endpoint {
         }
         if streamID < 0 {
             freeSlotIndices.append(slotIndex)
+            if streamID == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE.rawValue {
+                // All 2^30 client stream ids are used (about 10 hours at 30,000/s on one
+                // connection): retire it like a GOAWAY; the pool opens a fresh one.
+                streamIDsExhausted += 1
+                retire()
+            }
             return false
         }
         request.submittedAt = loop.now

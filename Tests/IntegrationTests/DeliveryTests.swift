@@ -1,7 +1,7 @@
 import APNs
 import MockAPNs
 import Testing
-import Transport
+@_spi(Testing) import Transport
 import Worker
 
 extension IntegrationTests {
@@ -86,6 +86,30 @@ extension IntegrationTests {
             try await bed.onLoop { bed in bed.enqueue(10) }
             #expect(await bed.waitForAllOutcomes())
             #expect(try await bed.onLoop { bed in bed.server.currentStatistics.acceptedUnique } == 20)
+        }
+
+        /// A connection has 2^30 client stream ids; a busy one uses them up in hours. It is then
+        /// retired like a GOAWAY and replaced, and nothing is lost or sent twice.
+        @Test
+        func connectionOutOfStreamIDsIsRetiredAndReplaced() async throws {
+            let bed = try await TestBed()
+            defer { bed.shutdown() }
+            try await bed.onLoop { bed in
+                try bed.startPool(connections: 1, maxStreams: 100)
+                bed.enqueue(50)
+            }
+            #expect(await bed.waitForAllOutcomes())
+            // Jump to the last odd stream id: one more stream, then the id space is spent.
+            let moved = try await bed.onLoop { bed in bed.pool.connections.first?.setNextStreamID(Int32.max) ?? false }
+            #expect(moved)
+            try await bed.onLoop { bed in bed.enqueue(200) }
+            #expect(await bed.waitForAllOutcomes())
+            let state = try await bed.onLoop { bed in
+                (opened: bed.pool.connectionsOpened, accepted: bed.server.currentStatistics.acceptedUnique,
+                 duplicates: bed.server.currentStatistics.duplicates)
+            }
+            #expect(state.opened == 2, "the spent connection was replaced once: \(state)")
+            #expect(state.accepted == 250 && state.duplicates == 0, "\(state)")
         }
 
         @Test
