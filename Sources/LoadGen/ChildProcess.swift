@@ -76,7 +76,11 @@ public final class ChildProcess {
         let deadline = EventLoop.monotonicMilliseconds() + timeoutMilliseconds
         while EventLoop.monotonicMilliseconds() < deadline {
             if let line = ChildProcess.lines(ofFile: logFile).first(where: matches) { return line }
-            guard isRunning else { break }
+            guard isRunning else {
+                // It may have written the line and exited between the read above and this check.
+                if let line = ChildProcess.lines(ofFile: logFile).first(where: matches) { return line }
+                break
+            }
             usleep(10_000)
         }
         let tail = ChildProcess.lines(ofFile: logFile).suffix(5).joined(separator: "\n  ")
