@@ -154,7 +154,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
 
     /// How many times `apnsID` was accepted.
     public func acceptedCount(apnsID: String) -> Int {
-        guard let key = UUIDKey(apnsID) else { return 0 }
+        guard let key = UUIDKey(canonical: apnsID.lowercased()) else { return 0 }
         return Int(acceptedIDs.count(of: key))
     }
 
@@ -462,26 +462,5 @@ struct UUIDKey: Hashable {
             return (high, low)
         }) else { return nil }
         (high, low) = parsed
-    }
-
-    init?(_ text: String) {
-        var high: UInt64 = 0
-        var low: UInt64 = 0
-        var digits = 0
-        for byte in text.utf8 {
-            if byte == 0x2D { continue }
-            let value: UInt8
-            switch byte {
-            case 0x30...0x39: value = byte - 0x30
-            case 0x61...0x66: value = byte - 0x61 + 10
-            case 0x41...0x46: value = byte - 0x41 + 10
-            default: return nil
-            }
-            if digits < 16 { high = high << 4 | UInt64(value) } else { low = low << 4 | UInt64(value) }
-            digits += 1
-        }
-        guard digits == 32 else { return nil }
-        self.high = high
-        self.low = low
     }
 }

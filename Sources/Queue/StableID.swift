@@ -70,12 +70,9 @@ public enum StableID {
             low = (low ^ 0x3A) &* 0x100_0000_01b3
             // Tokens are hex in either case: fold to lowercase so both spell one id. A native
             // String's bytes are read as a buffer (iterating UTF8View costs more than the hash).
-            let hashed = token.utf8.withContiguousStorageIfAvailable { bytes -> Bool in
+            var token = token
+            token.withUTF8 { bytes in
                 for byte in bytes { feedToken(byte) }
-                return true
-            }
-            if hashed == nil {
-                for byte in token.utf8 { feedToken(byte) }
             }
             return UUIDBits(high: StableID.mix(high), low: StableID.mix(low ^ high))
         }

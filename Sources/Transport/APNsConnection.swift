@@ -182,16 +182,8 @@ public final class APNsConnection: HTTP2Endpoint {
         state = .goingAway
         _ = nghttp2_submit_goaway(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nghttp2_session_get_last_proc_stream_id(session), UInt32(NGHTTP2_NO_ERROR.rawValue), nil, 0)
         scheduleFlush()
-    }
-
-    /// Times this connection ran out of stream ids (0 or 1: it is retired when it does).
-    public private(set) var streamIDsExhausted = 0
-
-    /// Stops taking streams, lets those in flight finish, then closes; at once if none are.
-    private func retire() {
-        shutdownGracefully()
-        // Answers trigger the close once the last stream ends; with none in flight, a timer
-        // does (never from inside submit, which the pool is still in).
+        // The last answer closes a connection going away (sessionProcessedInput); with none in
+        // flight, a timer does, after the GOAWAY is flushed and never from inside the caller.
         if inFlight == 0 {
             _ = loop.schedule(afterMilliseconds: 0) { [weak self] in
                 guard let self, self.state == .goingAway, self.inFlight == 0 else { return }
@@ -269,8 +261,7 @@ public final class APNsConnection: HTTP2Endpoint {
             if streamID == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE.rawValue {
                 // All 2^30 client stream ids are used (about 10 hours at 30,000/s on one
                 // connection): retire it like a GOAWAY; the pool opens a fresh one.
-                streamIDsExhausted += 1
-                retire()
+                shutdownGracefully()
             }
             return false
         }

@@ -34,17 +34,25 @@ extension IntegrationTests {
             #expect(state.maxInFlightOnOneConnection <= 500, "\(state)")
         }
 
+        /// Starts a pool of one connection (100 streams) and delivers `count` notifications.
+        static func deliverOnOneConnection(_ count: Int, _ bed: TestBed) async throws {
+            try await bed.onLoop { bed in try bed.startPool(connections: 1, maxStreams: 100) }
+            try await deliver(count, bed)
+        }
+
+        /// Enqueues `count` notifications and waits until every one has an outcome.
+        static func deliver(_ count: Int, _ bed: TestBed) async throws {
+            try await bed.onLoop { bed in bed.enqueue(count) }
+            #expect(await bed.waitForAllOutcomes())
+        }
+
         /// Between benchmark runs the emulator may forget the apns-ids it accepted: the table
         /// empties, every count stays, and counting goes on as before.
         @Test
         func emulatorForgetsAcceptedIDsButKeepsCounts() async throws {
             let bed = try await TestBed()
             defer { bed.shutdown() }
-            try await bed.onLoop { bed in
-                try bed.startPool(connections: 1, maxStreams: 100)
-                bed.enqueue(50)
-            }
-            #expect(await bed.waitForAllOutcomes())
+            try await Self.deliverOnOneConnection(50, bed)
             let before = try await bed.onLoop { bed -> (Int, Int, Int) in
                 let counts = bed.server.currentStatistics
                 let timesBefore = bed.server.acceptedCount(apnsID: bed.apnsID(index: 0))
@@ -53,8 +61,7 @@ extension IntegrationTests {
             }
             #expect(before.1 == 1, "the id was recorded before the call")
             #expect(before.0 == 50 && before.2 == 50, "counts survive: \(before)")
-            try await bed.onLoop { bed in bed.enqueue(10) }
-            #expect(await bed.waitForAllOutcomes())
+            try await Self.deliver(10, bed)
             let after = try await bed.onLoop { bed in
                 (bed.server.acceptedCount(apnsID: bed.apnsID(index: 0)), bed.server.acceptedCount(apnsID: bed.apnsID(index: 55)),
                  bed.server.currentStatistics.acceptedUnique, bed.server.currentStatistics.duplicates)
@@ -74,8 +81,7 @@ extension IntegrationTests {
                 bed.server.setLatency(milliseconds: 300)
             }
             let started = ContinuousClock.now
-            try await bed.onLoop { bed in bed.enqueue(10) }
-            #expect(await bed.waitForAllOutcomes())
+            try await Self.deliver(10, bed)
             // A lower bound only: on a loaded machine answers can be later, never earlier.
             #expect(ContinuousClock.now - started >= .milliseconds(300))
             let latency = try await bed.onLoop { bed -> Int64 in
@@ -83,8 +89,7 @@ extension IntegrationTests {
                 return bed.server.latencyMilliseconds
             }
             #expect(latency == 0, "a negative latency is taken as none")
-            try await bed.onLoop { bed in bed.enqueue(10) }
-            #expect(await bed.waitForAllOutcomes())
+            try await Self.deliver(10, bed)
             #expect(try await bed.onLoop { bed in bed.server.currentStatistics.acceptedUnique } == 20)
         }
 
@@ -94,16 +99,11 @@ extension IntegrationTests {
         func connectionOutOfStreamIDsIsRetiredAndReplaced() async throws {
             let bed = try await TestBed()
             defer { bed.shutdown() }
-            try await bed.onLoop { bed in
-                try bed.startPool(connections: 1, maxStreams: 100)
-                bed.enqueue(50)
-            }
-            #expect(await bed.waitForAllOutcomes())
+            try await Self.deliverOnOneConnection(50, bed)
             // Jump to the last odd stream id: one more stream, then the id space is spent.
             let moved = try await bed.onLoop { bed in bed.pool.connections.first?.setNextStreamID(Int32.max) ?? false }
             #expect(moved)
-            try await bed.onLoop { bed in bed.enqueue(200) }
-            #expect(await bed.waitForAllOutcomes())
+            try await Self.deliver(200, bed)
             let state = try await bed.onLoop { bed in
                 (opened: bed.pool.connectionsOpened, accepted: bed.server.currentStatistics.acceptedUnique,
                  duplicates: bed.server.currentStatistics.duplicates)
