@@ -52,6 +52,9 @@ public struct APNsReason: Hashable, Sendable, RawRepresentable, CustomStringConv
     public static let expiredProviderToken = APNsReason(rawValue: "ExpiredProviderToken")
     /// 403: the action is not allowed.
     public static let forbidden = APNsReason(rawValue: "Forbidden")
+    /// Not an APNs answer: Herald did not send the request because its headers do not fit in
+    /// the connection's header area (the notification is dead-lettered with this reason).
+    public static let requestHeadersTooLarge = APNsReason(rawValue: "RequestHeadersTooLarge")
     /// 403: the provider token is invalid or its signature does not verify.
     public static let invalidProviderToken = APNsReason(rawValue: "InvalidProviderToken")
     /// 403: no provider token and no certificate.
