@@ -186,8 +186,11 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
 
     /// Redis reachable, the group in place, reading (not starting, draining or stopped).
     public var isReady: Bool {
-        phase == .running && groupReady && (writer?.isReady ?? false)
+        phase == .running && groupReady && (writer?.isReady ?? false) && haltedApps.isEmpty
     }
+
+    /// Apps whose credentials APNs refused (their pools probe again by themselves).
+    public var haltedApps: [String] { lanes.filter { $0.stoppedReason != nil }.map(\.name) }
 
     /// Reads the queue's depth, pending entries, lag and the sizes of the other keys (one pipeline).
     public func sampleQueue(_ completion: @escaping (QueueSample?) -> Void) {
@@ -535,11 +538,22 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             record.feedback.append((token, reason.rawValue, timestamp))
         case .permanent(let status, let reason):
             let word = reason?.rawValue ?? "Status\(status)"
-            record.deadLetters.append((token, word, "APNs rejected the notification: \(status) \(word).", status))
+            if status == 0 {
+                // Herald's own verdict, before APNs saw it (e.g. headers larger than the header area).
+                record.deadLetters.append((token, word, "Herald did not send the notification: its request headers do not fit in the 16 KiB header area of a request.", 0))
+            } else {
+                record.deadLetters.append((token, word, "APNs rejected the notification: \(status) \(word).", status))
+            }
         case .retryTokenLater(let reason):
             scheduleRetry(record, token: token, request: request, status: 429, reason: reason?.rawValue ?? "TooManyRequests",
                           delay: Backoff.tokenRetry.delayMilliseconds(afterFailures: max(1, request.attempts), using: &random))
         case .retryOnAnotherConnection(let cause):
+            if request.attempts <= configuration.immediateRetries, phase == .running, lanes[record.lane].stoppedReason == nil,
+               pool.freeSlots > 0, pool.send(request) {
+                // Resent at once on the connection with the most free slots; the job stays open.
+                counters.notificationsSent += 1
+                return
+            }
             let (status, word) = QueueWorker.describe(cause)
             scheduleRetry(record, token: token, request: request, status: status, reason: word,
                           delay: Backoff.reconnect.delayMilliseconds(afterFailures: max(1, request.attempts), using: &random))
@@ -575,6 +589,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         case .streamReset(let code): return (0, "StreamReset\(code)")
         case .connectionLost: return (0, "ConnectionLost")
         case .refusedStream: return (0, "RefusedStream")
+        case .responseTimeout: return (0, "ResponseTimeout")
         }
     }
 
@@ -608,6 +623,13 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
 
     /// How long jobs of an app whose credentials APNs refused wait in the retry set before the next look.
     static let credentialsRetryMilliseconds: Int64 = 60_000
+
+    public func poolResumedSending(_ pool: ConnectionPool) {
+        guard let lane = lanes.first(where: { $0.pool === pool }), lane.stoppedReason != nil else { return }
+        lane.stoppedReason = nil
+        logger.notice("probing APNs again for this app", metadata: ["app": "\(lane.name)"])
+        pump()
+    }
 
     public func pool(_ pool: ConnectionPool, stoppedSending reason: String) {
         guard let lane = lanes.first(where: { $0.pool === pool }) else { return }
