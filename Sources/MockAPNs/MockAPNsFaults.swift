@@ -116,7 +116,7 @@ public struct InjectedGarbageBody: Sendable, Equatable, CustomStringConvertible 
 /// `MockAPNsServer.control(path:)`). Owned by the server; read on every request only through
 /// `streamFaultsOn`, so faults that are off cost one branch.
 public struct MockAPNsFaults: Sendable, Equatable {
-    /// Leave a share of valid requests unanswered: no HEADERS, no RST_STREAM, while the
+    /// Leave a share of requests (valid or not) unanswered: no HEADERS, no RST_STREAM, while the
     /// connection keeps answering PINGs and other streams.
     public var stallRate: Double = 0 { didSet { update() } }
     /// Leave the next this many requests unanswered (counted down before `stallRate` is drawn).

@@ -44,8 +44,8 @@ struct MockAPNsCommand: ParsableCommand {
     @Option(name: .customLong("throttle-count")) var throttleCount = 1
     @Option(name: .customLong("goaway-after"), help: "Each connection sends GOAWAY (Shutdown) after this many streams.") var goAwayAfter: Int?
     @Option(name: .customLong("disconnect-after"), help: "Each connection is dropped without GOAWAY after this many streams.") var disconnectAfter: Int?
-    @Option(name: .customLong("stall"), help: "Leave this share (0 to 1) of valid requests unanswered: no HEADERS, no RST_STREAM; PINGs and other streams are still answered.") var stall: Double = 0
-    @Option(name: .customLong("stall-next"), help: "Leave the next N valid requests unanswered.") var stallNext = 0
+    @Option(name: .customLong("stall"), help: "Leave this share (0 to 1) of requests unanswered: no HEADERS, no RST_STREAM; PINGs and other streams are still answered.") var stall: Double = 0
+    @Option(name: .customLong("stall-next"), help: "Leave the next N requests unanswered.") var stallNext = 0
     @Option(name: .customLong("reset-streams"), help: "Reset CODE:RATE of streams instead of answering, e.g. REFUSED_STREAM:0.1 or INTERNAL_ERROR:0.01 (an HTTP/2 error code name or number).") var resetStreams: String?
     @Option(name: .customLong("garbage-body"), help: "Send KIND[:RATE] of error answers with a garbage body; KIND is text, binary, oversized (1 MiB), unknown-reason or long-reason (10 KiB).") var garbageBody: String?
     @Flag(name: .customLong("ignore-ping"), help: "Do not acknowledge PING frames.") var ignorePing = false
