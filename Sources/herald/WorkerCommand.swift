@@ -81,9 +81,13 @@ struct WorkerCommand: ParsableCommand {
         var metricsServer: MetricsHTTPServer? = nil
         if !noMetrics {
             let port = try metricsPort ?? intEnvironment("METRICS_PORT") ?? file?.metricsPort ?? 9464
+            let publisher = MetricsHTTPServer.Publisher(metrics: metrics)
+            var statistics: () -> MetricsHTTPServer.Statistics? = { nil }
             let server = MetricsHTTPServer(loop: main) { path in
-                serveOperations(path: path, metrics: metrics, health: health)
+                if path == "/metrics", let current = statistics() { publisher.publish(current) }
+                return serveOperations(path: path, metrics: metrics, health: health)
             }
+            statistics = { [weak server] in server?.currentStatistics }
             do {
                 try server.start(host: metricsHost ?? environmentValue("METRICS_HOST") ?? file?.metricsHost ?? "0.0.0.0", port: port)
             } catch {
