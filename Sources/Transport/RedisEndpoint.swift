@@ -131,9 +131,12 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
 
     private func url(passwordPlaceholder: String?) -> String {
         var credentials = ""
-        if let user { credentials = RedisEndpoint.percentEncoded(user) }
-        if password != nil, let passwordPlaceholder { credentials += ":" + passwordPlaceholder }
-        if !credentials.isEmpty { credentials += "@" }
+        if password != nil, let passwordPlaceholder {
+            credentials = (user.map(RedisEndpoint.percentEncoded) ?? "") + ":" + passwordPlaceholder + "@"
+        } else if let user {
+            // `user:@`, since a lone `name@` reads as a password (as redis-cli reads it).
+            credentials = RedisEndpoint.percentEncoded(user) + ":@"
+        }
         let hostText = host.contains(":") ? "[\(host)]" : host
         return "redis://\(credentials)\(hostText):\(port)/\(database)"
     }
