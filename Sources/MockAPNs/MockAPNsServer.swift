@@ -564,9 +564,9 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     static func apnsAnswer(for error: NotificationError) -> (Int, String) {
         switch error {
         case .missingDeviceToken: return (400, "MissingDeviceToken")
-        case .badDeviceToken, .deviceTokenOddLength: return (400, "BadDeviceToken")
+        case .badDeviceToken, .deviceTokenOddLength, .deviceTokenTooShort, .deviceTokenTooLong: return (400, "BadDeviceToken")
         case .missingTopic: return (400, "MissingTopic")
-        case .badTopic: return (400, "BadTopic")
+        case .badTopic, .topicTooLong: return (400, "BadTopic")
         case .badPriority: return (400, "BadPriority")
         case .badExpiration: return (400, "BadExpirationDate")
         case .emptyCollapseID, .collapseIDTooLong, .collapseIDHasControlCharacter: return (400, "BadCollapseId")

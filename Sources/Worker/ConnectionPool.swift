@@ -577,7 +577,7 @@ public final class ConnectionPool: APNsConnectionDelegate {
         case .retryOnAnotherConnection: return  // no answer: a transport event, counted with the connection
         }
         requestDuration.record(milliseconds: loop.now - request.submittedAt)
-        otherResponses["\(status) \(reason)", default: 0] += 1
+        otherResponses[APNsReason.countingKey(status: status, reason: reason), default: 0] += 1
     }
 
     public func connectionClosed(_ connection: APNsConnection, error: ConnectionError?) {

@@ -391,7 +391,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             let appName = fields.first { $0.name == JobField.app }.map { String(decoding: $0.value, as: UTF8.self) }
             guard let laneIndex = laneByName[appName.flatMap { $0.isEmpty ? nil : $0 } ?? WorkerApp.defaultName] else {
                 deadLetterEntry(entry.id, fields: fields, reason: "unknown_app",
-                                message: "The job names app \"\(appName ?? "")\", which this worker is not configured for (apps: \(lanes.map(\.name).joined(separator: ", "))).",
+                                message: "The job names app \(DeadLetterText.quoted(appName ?? "")), which this worker is not configured for (apps: \(lanes.map(\.name).joined(separator: ", "))).",
                                 status: 0, attempts: 0)
                 continue
             }
@@ -605,7 +605,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                                        "The notification has apns-expiration 0 (deliver now or never) and APNs did not take it; the answer was \(status) \(reason).", status))
             return
         }
-        if let expiration = record.job.template.expiration, expiration > 0, expiration * 1000 <= nowMs + delay {
+        if let expiration = record.job.template.expiration, expiration > 0, expiration.multipliedSaturating(by: 1000) <= nowMs.addingSaturating(delay) {
             record.deadLetters.append((token, "expired",
                                        "The notification's apns-expiration (\(expiration)) passes before it could be retried; the last answer was \(status) \(reason).", status))
             return
@@ -700,7 +700,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         for reason in order {
             let group = groups[reason]!
             counters.deadLettered += group.tokens.count
-            counters.deadLetteredByReason[reason, default: 0] += group.tokens.count
+            counters.deadLetteredByReason[DeadLetterText.countingKey(reason: reason), default: 0] += group.tokens.count
             // Some of a fan-out job's tokens: like a retry, the letter carries the id its apns-ids
             // derive from as id_base, so a requeued letter of one token does not send the raw id.
             let idBase = job.explicitAPNsID == nil && job.apnsIDBase != job.origin ? job.apnsIDBase : nil
@@ -756,7 +756,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     /// A malformed or hopeless entry: dead-letter it whole and acknowledge it.
     private func deadLetterEntry(_ id: StreamEntryID, fields: [(name: String, value: [UInt8])], reason: String, message: String, status: Int, attempts: Int) {
         counters.deadLettered += 1
-        counters.deadLetteredByReason[reason, default: 0] += 1
+        counters.deadLetteredByReason[DeadLetterText.countingKey(reason: reason), default: 0] += 1
         counters.jobsFinished += 1
         let command = deadLetterCommand(fields: fields, tokens: nil, reason: reason, message: message, status: status,
                                         attempts: attempts, now: time.nowMilliseconds())
