@@ -92,7 +92,7 @@ let package = Package(
 
         .testTarget(name: "APNsTests", dependencies: ["APNs"], swiftSettings: swiftSettings),
         .testTarget(
-            name: "TransportTests", dependencies: ["APNs", "Transport"], swiftSettings: swiftSettings),
+            name: "TransportTests", dependencies: ["APNs", "Transport", "COpenSSL"], swiftSettings: swiftSettings),
         .testTarget(name: "QueueTests", dependencies: ["APNs", "Queue"], swiftSettings: swiftSettings),
         .testTarget(
             name: "IntegrationTests",

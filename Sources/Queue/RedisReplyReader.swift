@@ -5,10 +5,14 @@ import Transport
 public struct StreamRecord: Sendable {
     public let id: StreamEntryID
     public let fields: [(name: String, value: [UInt8])]
+    /// Values (or the field list) the reply reader cut because they were outsized: such an entry
+    /// is dead-lettered whole, never sent. Empty for every ordinary entry.
+    public let truncated: [TruncatedValue]
 
-    public init(id: StreamEntryID, fields: [(name: String, value: [UInt8])]) {
+    public init(id: StreamEntryID, fields: [(name: String, value: [UInt8])], truncated: [TruncatedValue] = []) {
         self.id = id
         self.fields = fields
+        self.truncated = truncated
     }
 
     /// The last value of field `name` (the one Herald appended last), as bytes.
@@ -86,6 +90,45 @@ public enum RedisReplyReader {
         return .success(records)
     }
 
+    /// The cut nodes of one entry's field list (its nodes are `nodes`, the list itself first).
+    private static func truncations(_ tape: RedisReplyTape, in nodes: Range<Int>, fields: [(name: String, value: [UInt8])]) -> [TruncatedValue] {
+        let fieldList = nodes.lowerBound
+        var found: [TruncatedValue] = []
+        for truncation in tape.truncations where nodes.contains(truncation.node) {
+            if truncation.node == fieldList {
+                found.append(TruncatedValue(field: nil, length: truncation.fullLength, sha256: nil))
+            } else {
+                // A value at node fieldList + 2k + 2 belongs to field k (names and values alternate).
+                let position = truncation.node - fieldList - 1
+                let field = position / 2 < fields.count ? fields[position / 2].name : nil
+                found.append(TruncatedValue(field: field, length: truncation.fullLength,
+                                            sha256: truncation.sha256.isEmpty ? nil : hex(truncation.sha256)))
+            }
+        }
+        return found
+    }
+
+    private static func hex(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(bytes.count * 2)
+        for byte in bytes { text.append(digits[Int(byte >> 4)]); text.append(digits[Int(byte & 15)]) }
+        return String(decoding: text, as: UTF8.self)
+    }
+
+    /// An XAUTOCLAIM reply `[cursor, [entry, …], …]` straight from a connection's tape, with the
+    /// same entries (and cut values) as `readEntries(tape:)`. nil for an error or another shape.
+    public static func claimedEntries(tape: RedisReplyTape) -> (cursor: String, entries: [StreamRecord])? {
+        let nodes = tape.nodes
+        guard nodes.count >= 3, nodes[0].kind == .array, nodes[0].value >= 2, nodes[1].kind == .string,
+              nodes[2].kind == .array else { return nil }
+        let cursor = tape.withBytes(of: 1) { String(decoding: $0, as: UTF8.self) }
+        var records: [StreamRecord] = []
+        var index = 3
+        for _ in 0..<nodes[2].value { index = entry(tape, at: index, into: &records) }
+        return (cursor, records)
+    }
+
     /// Reads the entry `[id, [field, value, …] | nil]` at `index`; returns the index after it.
     private static func entry(_ tape: RedisReplyTape, at index: Int, into records: inout [StreamRecord]) -> Int {
         let nodes = tape.nodes
@@ -95,6 +138,7 @@ public enum RedisReplyReader {
         let id = tape.withBytes(of: index + 1) { StreamEntryID(bytes: $0) }
         var next = index + 2
         var fields: [(name: String, value: [UInt8])] = []
+        let fieldList = next
         if nodes[next].kind == .array {
             let count = Int(nodes[next].value)
             fields.reserveCapacity(count / 2)
@@ -112,7 +156,11 @@ public enum RedisReplyReader {
         } else {
             next = tape.skip(next)
         }
-        if let id { records.append(StreamRecord(id: id, fields: fields)) }
+        if let id {
+            // Only an outsized reply has truncations: the usual entry pays one isEmpty test.
+            let truncated = tape.truncations.isEmpty ? [] : truncations(tape, in: fieldList..<next, fields: fields)
+            records.append(StreamRecord(id: id, fields: fields, truncated: truncated))
+        }
         return next
     }
 
@@ -134,4 +182,13 @@ public enum RedisReplyReader {
         guard let value = reply.integer else { throw QueueToolError.unexpectedReply(command: command, reply: "\(reply)") }
         return value
     }
+}
+
+/// A stream value the reply reader did not keep whole (see `RESPReader`): which field, its full
+/// length, and the SHA-256 (hex) of all its bytes; `field` nil for a field list cut for having too
+/// many fields.
+public struct TruncatedValue: Sendable, Equatable {
+    public let field: String?
+    public let length: Int
+    public let sha256: String?
 }

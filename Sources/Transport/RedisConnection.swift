@@ -1,5 +1,4 @@
 import APNs
-import CHiredis
 import Glibc
 
 /// One reply from Redis, converted from hiredis' reply tree.
@@ -111,7 +110,7 @@ public final class RedisConnection: IOHandler, TickObserver {
     public private(set) var isReady = false
     private var fd: Int32 = -1
     private var connecting = false
-    private var reader: UnsafeMutablePointer<redisReader>?
+    private var reader: RESPReader?
     private var output: [UInt8] = []
     private var outputOffset = 0
     private var completions: [Pending] = []
@@ -133,7 +132,6 @@ public final class RedisConnection: IOHandler, TickObserver {
     }
 
     deinit {
-        if let reader { redisReaderFree(reader) }
         if fd >= 0 { Glibc.close(fd) }
     }
 
@@ -174,9 +172,12 @@ public final class RedisConnection: IOHandler, TickObserver {
             failSoon(.connectFailed("\(endpoint): \(error)"))
             return
         }
-        reader = RedisReplyTape.makeReader(for: tape)
+        reader = RESPReader(tape: tape, limits: readerLimits)
         connecting = true
     }
+
+    /// What one reply may keep (see `RESPReader`): an outsized value costs a bounded prefix.
+    public var readerLimits = RESPReader.Limits()
 
     /// How long connecting and the handshake may take before the attempt counts as failed.
     public var connectTimeoutMilliseconds: Int64 = 5_000
@@ -413,14 +414,7 @@ public final class RedisConnection: IOHandler, TickObserver {
         while fd >= 0 {
             let count = readBuffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
             if count > 0 {
-                let fed = readBuffer.withUnsafeBytes {
-                    redisReaderFeed(reader, $0.baseAddress!.assumingMemoryBound(to: CChar.self), count)
-                }
-                if fed != REDIS_OK {
-                    fail(.protocolError("unreadable reply"))
-                    return
-                }
-                if !drainReplies() { return }
+                if !drainReplies(reader, count: count) { return }
                 if count < readBuffer.count { return }
             } else if count == 0 {
                 fail(.connectionLost("Redis closed the connection"))
@@ -436,16 +430,19 @@ public final class RedisConnection: IOHandler, TickObserver {
         }
     }
 
-    /// Hands every complete reply to its completion; false if the connection failed meanwhile.
-    private func drainReplies() -> Bool {
-        guard let reader else { return false }
+    /// Reads the `count` bytes just received and hands every complete reply to its completion;
+    /// false if the connection failed meanwhile.
+    private func drainReplies(_ reader: RESPReader, count: Int) -> Bool {
+        var offset = 0
         while true {
-            var raw: UnsafeMutableRawPointer? = nil
-            if redisReaderGetReply(reader, &raw) != REDIS_OK {
-                fail(.protocolError("unreadable reply"))
+            let outcome: Result<Bool, RESPReader.ProtocolError> = readBuffer.withUnsafeBytes { bytes in
+                do throws(RESPReader.ProtocolError) { return .success(try reader.read(UnsafeRawBufferPointer(rebasing: bytes[0..<count]), from: &offset)) } catch { return .failure(error) }
+            }
+            guard case .success(let complete) = outcome else {
+                if case .failure(let error) = outcome { fail(.protocolError("unreadable reply: \(error)")) }
                 return false
             }
-            guard raw != nil else { return true }
+            guard complete else { return true }
             defer { tape.reset() }
             guard completionHead < completions.count else {
                 fail(.protocolError("a reply nobody asked for"))

@@ -1,8 +1,7 @@
-import CHiredis
-
 /// A Redis reply laid out flat: its nodes in pre-order (an array before its elements) and every
-/// string's bytes in one buffer. hiredis' reader fills it through reply-object callbacks, so a
-/// reply of a thousand stream entries costs two growing buffers instead of a malloc per element.
+/// string's bytes in one buffer. `RESPReader` fills it as the bytes arrive, so a reply of a
+/// thousand stream entries costs two growing buffers instead of a malloc per element, and an
+/// outsized string costs a bounded prefix (see `truncations`).
 ///
 /// Owned by one `RedisConnection` and reused reply after reply. A `RedisReplyTape` handed to a
 /// raw completion is valid only during that call; `reply()` copies it into a `RedisReply`.
@@ -10,36 +9,84 @@ public final class RedisReplyTape {
     public struct Node {
         public enum Kind: UInt8 { case string, status, error, integer, null, array }
         public let kind: Kind
-        /// Elements of an array, or the value of an integer.
+        /// Elements of an array (those kept), or the value of an integer.
         public let value: Int64
         let start: Int32
-        let length: Int32
+        /// Bytes kept of a string.
+        public let length: Int32
+    }
+
+    /// A string (or array) node the reader cut: its full length (elements, for an array) and, for
+    /// a string, the SHA-256 of all its bytes. Empty unless a reply was outsized.
+    public struct Truncation: Sendable {
+        public let node: Int
+        public let fullLength: Int
+        public let sha256: [UInt8]
     }
 
     public private(set) var nodes: [Node] = []
     private var bytes: [UInt8] = []
+    public private(set) var truncations: [Truncation] = []
+    /// Capacities kept between replies; an outsized reply's buffers are given back after it.
+    static let keptByteCapacity = 1 << 20
+    static let keptNodeCapacity = 1 << 15
 
-    init() {
+    public init() {
         nodes.reserveCapacity(1024)
         bytes.reserveCapacity(64 * 1024)
     }
 
-    func reset() {
-        nodes.removeAll(keepingCapacity: true)
-        bytes.removeAll(keepingCapacity: true)
-    }
-
-    fileprivate func appendString(type: Int32, _ pointer: UnsafePointer<CChar>?, _ length: Int) {
-        let start = Int32(bytes.count)
-        if let pointer, length > 0 {
-            bytes.append(contentsOf: UnsafeRawBufferPointer(start: pointer, count: length))
+    public func reset() {
+        if bytes.capacity > RedisReplyTape.keptByteCapacity {
+            bytes = []
+            bytes.reserveCapacity(64 * 1024)
+        } else {
+            bytes.removeAll(keepingCapacity: true)
         }
-        let kind: Node.Kind = type == REDIS_REPLY_STATUS ? .status : type == REDIS_REPLY_ERROR ? .error : .string
-        nodes.append(Node(kind: kind, value: 0, start: start, length: Int32(length)))
+        if nodes.capacity > RedisReplyTape.keptNodeCapacity {
+            nodes = []
+            nodes.reserveCapacity(1024)
+        } else {
+            nodes.removeAll(keepingCapacity: true)
+        }
+        if !truncations.isEmpty { truncations.removeAll() }
     }
 
-    fileprivate func append(_ kind: Node.Kind, value: Int64) {
+    /// Bytes of strings on the tape.
+    public var byteCount: Int { bytes.count }
+    /// Bytes the tape holds on to (for tests of its memory).
+    public var byteCapacity: Int { bytes.capacity }
+
+    /// Where node `index` was cut, if it was.
+    public func truncation(of index: Int) -> Truncation? {
+        if truncations.isEmpty { return nil }
+        return truncations.first { $0.node == index }
+    }
+
+    // Building, for `RESPReader`.
+
+    func beginString(_ kind: Node.Kind) -> Int {
+        nodes.append(Node(kind: kind, value: 0, start: Int32(truncatingIfNeeded: bytes.count), length: 0))
+        return nodes.count - 1
+    }
+
+    func appendBytes(_ chunk: UnsafeRawBufferPointer) {
+        if !chunk.isEmpty { bytes.append(contentsOf: chunk) }
+    }
+
+    func endString(_ index: Int) {
+        let node = nodes[index]
+        nodes[index] = Node(kind: node.kind, value: 0, start: node.start, length: Int32(truncatingIfNeeded: bytes.count - Int(node.start)))
+    }
+
+    @discardableResult
+    func appendNode(_ kind: Node.Kind, value: Int64) -> Int {
         nodes.append(Node(kind: kind, value: value, start: 0, length: 0))
+        return nodes.count - 1
+    }
+
+    func markTruncated(_ index: Int, fullLength: Int, sha256: [UInt8]) {
+        truncations.append(Truncation(node: index, fullLength: fullLength, sha256: sha256))
     }
 
     /// The bytes of string node `index`, valid while the tape is not reset.
@@ -86,42 +133,4 @@ public final class RedisReplyTape {
             return .array(elements)
         }
     }
-
-    /// hiredis' reader, building replies into `tape`.
-    static func makeReader(for tape: RedisReplyTape) -> UnsafeMutablePointer<redisReader>? {
-        guard let reader = redisReaderCreateWithFunctions(tapeFunctions) else { return nil }
-        reader.pointee.privdata = Unmanaged.passUnretained(tape).toOpaque()
-        return reader
-    }
 }
-
-/// Any non-null pointer: hiredis only needs to know that an object was made.
-nonisolated(unsafe) private let madeObject = UnsafeMutableRawPointer(bitPattern: 0x1)
-
-@inline(__always)
-private func withTape(_ task: UnsafePointer<redisReadTask>?, _ body: (RedisReplyTape) -> Void) {
-    withUnretained(task!.pointee.privdata, body)
-}
-
-nonisolated(unsafe) private let tapeFunctions: UnsafeMutablePointer<redisReplyObjectFunctions> = {
-    let functions = UnsafeMutablePointer<redisReplyObjectFunctions>.allocate(capacity: 1)
-    functions.initialize(to: redisReplyObjectFunctions(
-        createString: { task, pointer, length in
-            withTape(task) { $0.appendString(type: task!.pointee.type, pointer, length) }
-            return madeObject
-        },
-        createArray: { task, elements in
-            withTape(task) { $0.append(.array, value: Int64(max(0, elements))) }
-            return madeObject
-        },
-        createInteger: { task, value in
-            withTape(task) { $0.append(.integer, value: Int64(value)) }
-            return madeObject
-        },
-        createNil: { task in
-            withTape(task) { $0.append(.null, value: 0) }
-            return madeObject
-        },
-        freeObject: { _ in }))
-    return functions
-}()

@@ -1,0 +1,261 @@
+import COpenSSL
+
+/// Reads Redis replies (RESP2) from a byte stream onto a `RedisReplyTape`, with bounded memory
+/// whatever a producer wrote into Redis.
+///
+/// hiredis' reader holds a whole bulk string, then the whole reply, before anyone sees it: forty
+/// 10 MB jobs in one XREADGROUP reply cost over a gigabyte. This reader works on the bytes as they
+/// arrive. A bulk string longer than `maxBulkBytes` keeps only its first `keptPrefixBytes` on the
+/// tape, with its full length and its SHA-256 computed on the way (`RedisReplyTape.Truncation`);
+/// once a reply holds `maxReplyBytes`, later strings keep no bytes and are marked the same way;
+/// an array's elements past `maxArrayElements` are read and dropped, and the array is marked. So
+/// a reply costs at most about `maxReplyBytes` plus the read buffer, and the caller learns exactly
+/// what was cut. Protocol errors (a malformed header, a negative length other than -1, a line
+/// longer than 64 KiB) are thrown; the connection is then closed. Loop-confined.
+public final class RESPReader {
+    public struct Limits: Sendable {
+        /// Bulk strings up to this size are kept whole.
+        public var maxBulkBytes: Int
+        /// What a longer bulk string keeps.
+        public var keptPrefixBytes: Int
+        /// Bytes of strings one reply may keep in all.
+        public var maxReplyBytes: Int
+        /// Elements kept of one array.
+        public var maxArrayElements: Int
+
+        public init(maxBulkBytes: Int = 64 * 1024, keptPrefixBytes: Int = 4 * 1024, maxReplyBytes: Int = 32 * 1024 * 1024,
+                    maxArrayElements: Int = 1 << 17) {
+            self.maxBulkBytes = maxBulkBytes
+            self.keptPrefixBytes = min(keptPrefixBytes, maxBulkBytes)
+            self.maxReplyBytes = maxReplyBytes
+            self.maxArrayElements = maxArrayElements
+        }
+    }
+
+    public struct ProtocolError: Error, CustomStringConvertible, Sendable {
+        public let description: String
+    }
+
+    public let tape: RedisReplyTape
+    public let limits: Limits
+    /// A header line split across two reads.
+    private var line: [UInt8] = []
+    /// Per open array: elements still to come, how many of them are kept, and whether the next
+    /// one is dropped (read, not stored).
+    private var stack: [(remaining: Int, keep: Int, dropping: Bool)] = []
+    // The bulk string in progress.
+    private var bulkRemaining = -1
+    private var bulkTerminator = 0
+    private var bulkNode = -1
+    private var bulkKeep = 0
+    private var bulkLength = 0
+    private var bulkDropped = false
+    private var hasher: OpaquePointer?
+    static let maxLineBytes = 64 * 1024
+
+    public init(tape: RedisReplyTape, limits: Limits = Limits()) {
+        self.tape = tape
+        self.limits = limits
+    }
+
+    deinit {
+        if let hasher { EVP_MD_CTX_free(hasher) }
+    }
+
+    /// Consumes `input` from `offset` until one whole reply is on the tape (true: the caller hands
+    /// it out and resets the tape before calling again) or the input runs out (false).
+    public func read(_ input: UnsafeRawBufferPointer, from offset: inout Int) throws(ProtocolError) -> Bool {
+        let count = input.count
+        while offset < count {
+            if bulkRemaining >= 0 {
+                let take = min(bulkRemaining, count - offset)
+                let chunk = UnsafeRawBufferPointer(rebasing: input[offset..<offset + take])
+                let kept = min(take, bulkKeep)
+                if kept > 0 {
+                    tape.appendBytes(UnsafeRawBufferPointer(rebasing: chunk[0..<kept]))
+                    bulkKeep -= kept
+                }
+                if let hasher, take > 0 { _ = EVP_DigestUpdate(hasher, chunk.baseAddress, take) }
+                offset += take
+                bulkRemaining -= take
+                if bulkRemaining == 0 {
+                    bulkRemaining = -1
+                    bulkTerminator = 2
+                    finishBulk()
+                }
+                continue
+            }
+            if bulkTerminator > 0 {
+                let skip = min(bulkTerminator, count - offset)
+                offset += skip
+                bulkTerminator -= skip
+                if bulkTerminator == 0, valueCompleted() { return true }
+                continue
+            }
+            // A header line: type byte, text, CRLF.
+            let rest = UnsafeRawBufferPointer(rebasing: input[offset..<count])
+            guard let newline = rest.firstIndex(of: 0x0A) else {
+                guard line.count + rest.count <= RESPReader.maxLineBytes else { throw ProtocolError(description: "a reply header longer than 64 KiB") }
+                line.append(contentsOf: rest)
+                offset = count
+                return false
+            }
+            let lineEnd = offset + (newline - rest.startIndex)
+            let complete: Bool
+            if line.isEmpty {
+                complete = try header(UnsafeRawBufferPointer(rebasing: input[offset..<lineEnd]))
+            } else {
+                guard line.count + (lineEnd - offset) <= RESPReader.maxLineBytes else { throw ProtocolError(description: "a reply header longer than 64 KiB") }
+                line.append(contentsOf: UnsafeRawBufferPointer(rebasing: input[offset..<lineEnd]))
+                let joined = line
+                line.removeAll(keepingCapacity: true)
+                let outcome: Result<Bool, ProtocolError> = joined.withUnsafeBytes { bytes in
+                    do throws(ProtocolError) { return .success(try header(bytes)) } catch { return .failure(error) }
+                }
+                complete = try outcome.get()
+            }
+            offset = lineEnd + 1
+            if complete { return true }
+        }
+        return false
+    }
+
+    /// Forgets a partial reply (after the connection failed).
+    public func reset() {
+        line.removeAll()
+        stack.removeAll()
+        bulkRemaining = -1
+        bulkTerminator = 0
+        bulkNode = -1
+        if let hasher { EVP_MD_CTX_free(hasher); self.hasher = nil }
+        tape.reset()
+    }
+
+    /// Handles one header line (without its LF); true when it completed the reply.
+    private func header(_ raw: UnsafeRawBufferPointer) throws(ProtocolError) -> Bool {
+        var text = raw
+        if let last = text.last, last == 0x0D { text = UnsafeRawBufferPointer(rebasing: text[text.startIndex..<text.endIndex - 1]) }
+        guard let type = text.first else { throw ProtocolError(description: "an empty reply header") }
+        let body = UnsafeRawBufferPointer(rebasing: text[(text.startIndex + 1)...])
+        let dropping = stack.last?.dropping ?? false
+        switch type {
+        case UInt8(ascii: "+"), UInt8(ascii: "-"):
+            if !dropping {
+                let kind: RedisReplyTape.Node.Kind = type == UInt8(ascii: "+") ? .status : .error
+                let node = tape.beginString(kind)
+                let kept = min(body.count, max(0, limits.maxReplyBytes - tape.byteCount))
+                tape.appendBytes(UnsafeRawBufferPointer(rebasing: body[body.startIndex..<body.startIndex + kept]))
+                tape.endString(node)
+            }
+            return valueCompleted()
+        case UInt8(ascii: ":"):
+            let value = try RESPReader.integer(body)
+            if !dropping { tape.appendNode(.integer, value: value) }
+            return valueCompleted()
+        case UInt8(ascii: "$"):
+            let length = try RESPReader.integer(body)
+            if length == -1 {
+                if !dropping { tape.appendNode(.null, value: 0) }
+                return valueCompleted()
+            }
+            guard length >= 0, length <= Int64(Int32.max) else { throw ProtocolError(description: "a bulk string of length \(length)") }
+            bulkLength = Int(length)
+            bulkDropped = dropping
+            if dropping {
+                bulkNode = -1
+                bulkKeep = 0
+            } else {
+                bulkNode = tape.beginString(.string)
+                let room = max(0, limits.maxReplyBytes - tape.byteCount)
+                bulkKeep = bulkLength <= limits.maxBulkBytes ? bulkLength : limits.keptPrefixBytes
+                if bulkKeep > room { bulkKeep = 0 }
+                if bulkKeep < bulkLength {
+                    // Cut: hash the whole string on the way so the caller can say what it was.
+                    if hasher == nil { hasher = EVP_MD_CTX_new() }
+                    if let hasher { _ = EVP_DigestInit_ex(hasher, EVP_sha256(), nil) }
+                }
+            }
+            bulkRemaining = bulkLength
+            if bulkLength == 0 {
+                bulkRemaining = -1
+                bulkTerminator = 2
+                finishBulk()
+            }
+            return false
+        case UInt8(ascii: "*"):
+            let elements = try RESPReader.integer(body)
+            if elements == -1 {
+                if !dropping { tape.appendNode(.null, value: 0) }
+                return valueCompleted()
+            }
+            guard elements >= 0, elements <= Int64(Int32.max) else { throw ProtocolError(description: "an array of \(elements) elements") }
+            let total = Int(elements)
+            if dropping {
+                if total == 0 { return valueCompleted() }
+                stack.append((total, 0, true))
+                return false
+            }
+            let kept = min(total, limits.maxArrayElements)
+            let node = tape.appendNode(.array, value: Int64(kept))
+            if kept < total { tape.markTruncated(node, fullLength: total, sha256: []) }
+            if total == 0 { return valueCompleted() }
+            stack.append((total, kept, kept == 0))
+            return false
+        default:
+            throw ProtocolError(description: "a reply that starts with byte \(type)")
+        }
+    }
+
+    private func finishBulk() {
+        guard !bulkDropped, bulkNode >= 0 else { return }
+        tape.endString(bulkNode)
+        if let hasher, bulkLength > Int(tape.nodes[bulkNode].length) {
+            var digest = [UInt8](repeating: 0, count: 32)
+            var size: UInt32 = 32
+            _ = EVP_DigestFinal_ex(hasher, &digest, &size)
+            tape.markTruncated(bulkNode, fullLength: bulkLength, sha256: digest)
+        }
+        bulkNode = -1
+    }
+
+    /// One value ended: counts it against the open arrays; true when the whole reply ended.
+    private func valueCompleted() -> Bool {
+        while let top = stack.last {
+            let remaining = top.remaining - 1
+            if remaining == 0 {
+                stack.removeLast()
+                continue
+            }
+            stack[stack.count - 1].remaining = remaining
+            if !top.dropping {
+                // Past the elements this array keeps: the rest are read and dropped.
+                stack[stack.count - 1].keep = top.keep - 1
+                if top.keep - 1 == 0 { stack[stack.count - 1].dropping = true }
+            }
+            return false
+        }
+        return true
+    }
+
+    /// A decimal integer (optionally negative), checked: no overflow, no stray bytes.
+    static func integer(_ digits: UnsafeRawBufferPointer) throws(ProtocolError) -> Int64 {
+        var index = digits.startIndex
+        var negative = false
+        if index < digits.endIndex, digits[index] == UInt8(ascii: "-") {
+            negative = true
+            index += 1
+        }
+        guard index < digits.endIndex, digits.endIndex - index <= 19 else { throw ProtocolError(description: "a malformed integer in a reply") }
+        var value: Int64 = 0
+        while index < digits.endIndex {
+            let digit = digits[index] &- UInt8(ascii: "0")
+            guard digit < 10 else { throw ProtocolError(description: "a malformed integer in a reply") }
+            let (times, overflow1) = value.multipliedReportingOverflow(by: 10)
+            let (sum, overflow2) = times.addingReportingOverflow(Int64(digit))
+            guard !overflow1, !overflow2 else { throw ProtocolError(description: "an integer out of range in a reply") }
+            value = sum
+            index += 1
+        }
+        return negative ? -value : value
+    }
+}

@@ -1,0 +1,69 @@
+import Foundation
+import Glibc
+import Queue
+import Testing
+import Transport
+
+extension IntegrationTests {
+    /// Producers who write enormous jobs: the worker's memory stays bounded whatever they write,
+    /// the outsized jobs are dead-lettered with a bounded prefix, their full length and SHA-256,
+    /// and the good jobs around them are delivered. The real `herald worker` binary, so its peak
+    /// RSS (VmHWM) is its own.
+    @Suite(.serialized)
+    struct HugeJobs {
+        @Test
+        func fortyTenMegabyteJobsCostABoundedAmountOfMemory() async throws {
+            try await withOperationsBed { bed in
+                let emulator = try await bed.startEmulator()
+                let keys = QueueKeys()
+                let huge = 40, good = 200
+                let token = WorkerHarness.deviceToken(7, prefix: "fe")
+                let filler = String(repeating: "x", count: 10_000_000)
+                let payload = #"{"aps":{"alert":"big"},"pad":""# + filler + #""}"#
+                let payloadFile = bed.directory.path("huge-payload")
+                try payload.write(toFile: payloadFile, atomically: true, encoding: .utf8)
+                let sha = try OperationsHTTP.run("/usr/bin/sha256sum", [payloadFile]).1.split(separator: " ").first.map(String.init)
+                _ = try await bed.client.xadd(keys.jobs, count: good / 2) { index in
+                    [("token", WorkerHarness.deviceToken(index)), ("payload", WorkerHarness.payload(index))]
+                }
+                _ = try await bed.client.xadd(keys.jobs, count: huge) { _ in [("token", token), ("payload", payload)] }
+                _ = try await bed.client.xadd(keys.jobs, count: good / 2) { index in
+                    [("token", WorkerHarness.deviceToken(good + index)), ("payload", WorkerHarness.payload(good + index))]
+                }
+
+                let (worker, _) = try bed.startWorker(["--redis", bed.redis.url, "--bundle-id", "com.example.app"] + emulator.workerArguments)
+                try await waitFor("the worker drains the queue", timeout: .seconds(60), interval: .milliseconds(100)) {
+                    try worker.requireRunning()
+                    return try await bed.drained(keys)
+                }
+                let peakKiB = try Self.status(of: worker.pid, "VmHWM")
+                let letters = try await bed.client.entries(keys.dead)
+                let counts = try await emulator.statistics()
+                #expect(try await worker.terminate() == 0, "\(worker.outputTail())")
+
+                #expect(letters.count == huge, "\(letters.map(\.description))")
+                for letter in letters {
+                    #expect(letter["reason"] == "field_too_large")
+                    #expect(letter["truncated_field"] == "payload")
+                    #expect(letter["truncated_length"] == String(payload.utf8.count))
+                    #expect(letter["truncated_sha256"] == sha, "the hash of the whole payload")
+                    #expect(letter["payload"].map { payload.hasPrefix($0) && $0.utf8.count == 4096 } == true, "a 4 KiB prefix")
+                    #expect(letter["message"]?.contains("10000") == true || letter["message"]?.contains("bytes") == true)
+                }
+                #expect(counts.accepted == good && counts.acceptedUnique == good, "\(counts)")
+                #expect(peakKiB < 100 * 1024, "peak RSS \(peakKiB / 1024) MiB with \(huge) jobs of 10 MB")
+                print("huge jobs: \(huge) × 10 MB dead-lettered, \(good) delivered, worker peak RSS \(peakKiB / 1024) MiB")
+            }
+        }
+
+        /// A line of /proc/PID/status in kB.
+        static func status(of pid: Int32, _ field: String) throws -> Int {
+            let text = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+            guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix(field + ":") }),
+                  let value = line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap({ Int($0) }) else {
+                throw WaitTimeout(description: "no \(field) in /proc/\(pid)/status")
+            }
+            return value
+        }
+    }
+}
