@@ -30,6 +30,8 @@ public struct DeliveryPolicy: Sendable {
 public struct NotificationSend: Sendable {
     /// `job index << 16 | token index`: handed back with APNs' answer.
     public let context: UInt64
+    /// The stream entry the notification came from.
+    public let entryID: StreamEntryID
     public let notification: Notification
     /// Attempts spent before this send.
     public let attempts: Int
@@ -123,11 +125,13 @@ public final class DeliveryRules {
         /// Per token, attempts spent when it is resent at once; empty until one is.
         private var tokenAttempts: [Int] = []
         var feedback: [FeedbackEntry.Draft] = []
-        var deadLetters: [(token: String, reason: String, message: String, status: Int)] = []
+        /// Each with the attempts its token spent: a letter states the most of its tokens'.
+        var deadLetters: [(token: String, reason: String, message: String, status: Int, attempts: Int)] = []
         var retryTokens: [String] = []
+        /// The most attempts a token in `retryTokens` spent: the retry entry states it, so a token
+        /// parked unsent does not come back charged with another token's failures.
+        var retryAttempts = 0
         var retryDelay: Int64 = 0
-        /// The most attempts any token of the job spent: the retry and dead-letter entries state it.
-        var attempts: Int
         /// Tokens put back without a counted failure (drain, refused credentials): in `retryTokens`, not retries.
         var handedBack = 0
 
@@ -135,7 +139,6 @@ public final class DeliveryRules {
             self.job = job
             self.lane = lane
             remaining = job.tokens.count
-            attempts = max(0, job.attempts)
         }
 
         func isSuperseded(_ tokenIndex: Int) -> Bool {
@@ -145,6 +148,12 @@ public final class DeliveryRules {
         func markSuperseded(_ tokenIndex: Int) {
             if superseded.isEmpty { superseded = Array(repeating: false, count: job.tokens.count) }
             superseded[tokenIndex] = true
+        }
+
+        /// Whether `tokens[index]` is `token` with `collapseID`: a collapse entry still names this job's token
+        /// (and not a token of a job that since took over the same slot).
+        func holds(token: String, collapseID: String, at index: Int) -> Bool {
+            index < job.tokens.count && job.tokens[index] == token && job.template.collapseID == collapseID
         }
 
         func attemptsBefore(_ tokenIndex: Int) -> Int {
@@ -239,27 +248,45 @@ public final class DeliveryRules {
             jobs.append(record)
         }
         for token in job.invalidTokens {
-            record.deadLetters.append((token.token, token.error.code, token.error.description, 0))
+            record.deadLetters.append((token.token, token.error.code, token.error.description, 0, record.attemptsBefore(0)))
         }
         let origin = job.originID
         let expired = DeliveryRules.hasExpired(job.template.expiration, by: now)
+        let readAttempts = max(0, job.attempts)
+        let spent = readAttempts >= policy.maxAttempts
         for (tokenIndex, token) in job.tokens.enumerated() {
             let context = UInt64(index) << 16 | UInt64(tokenIndex)
             if expired {
                 // Already past its apns-expiration when read: never sent.
-                record.deadLetters.append((token, "expired", DeliveryRules.expiredWhenReadMessage(job.template.expiration), 0))
+                record.deadLetters.append((token, "expired", DeliveryRules.expiredWhenReadMessage(job.template.expiration), 0, readAttempts))
                 record.remaining -= 1
                 continue
             }
-            if let collapseID = job.template.collapseID {
-                let key = DeliveryRules.collapseKey(collapseID, token)
-                if let newest = acceptedCollapse[key], newest > origin {
-                    // A newer update with this collapse id already reached the device.
-                    counters.superseded += 1
-                    record.remaining -= 1
-                    continue
-                }
-                if let older = queuedCollapse[key], let olderRecord = jobRecord(for: older) {
+            if spent {
+                // Its entry already states every attempt allowed (e.g. --max-attempts was lowered): never sent again.
+                record.deadLetters.append((token, "max_attempts",
+                                           "The job had spent \(readAttempts) attempts when read (--max-attempts \(policy.maxAttempts)); it was not sent again.", 0, readAttempts))
+                record.remaining -= 1
+                continue
+            }
+            let collapseKey = job.template.collapseID.map { DeliveryRules.collapseKey($0, token) }
+            if let collapseKey, let newest = acceptedCollapse[collapseKey], newest > origin {
+                // A newer update with this collapse id already reached the device.
+                counters.superseded += 1
+                record.remaining -= 1
+                continue
+            }
+            if lanes[laneIndex].halted || draining {
+                // Refused credentials park the job (no attempt spent); a draining worker hands it back.
+                // Never queued, so never in `queuedCollapse`: nothing newer may supersede it there.
+                park(record, token: token, attempts: readAttempts, delay: draining ? 0 : policy.credentialsRetryMilliseconds, now: now)
+                record.remaining -= 1
+                continue
+            }
+            if let collapseKey, let collapseID = job.template.collapseID {
+                let key = collapseKey
+                if let older = queuedCollapse[key], let olderRecord = jobRecord(for: older),
+                   olderRecord.holds(token: token, collapseID: collapseID, at: Int(older & 0xFFFF)) {
                     if olderRecord.job.originID < origin {
                         olderRecord.markSuperseded(Int(older & 0xFFFF))
                     } else {
@@ -269,12 +296,6 @@ public final class DeliveryRules {
                     }
                 }
                 queuedCollapse[key] = context
-            }
-            if lanes[laneIndex].halted || draining {
-                // Refused credentials park the job (no attempt spent); a draining worker hands it back.
-                park(record, token: token, delay: draining ? 0 : policy.credentialsRetryMilliseconds)
-                record.remaining -= 1
-                continue
             }
             lanes[laneIndex].queue.append(context)
         }
@@ -319,12 +340,13 @@ public final class DeliveryRules {
                 continue
             }
             if DeliveryRules.hasExpired(job.template.expiration, by: now) {
-                record.deadLetters.append((token, "expired", DeliveryRules.expiredWhileWaitingMessage(job.template.expiration), 0))
+                record.deadLetters.append((token, "expired", DeliveryRules.expiredWhileWaitingMessage(job.template.expiration), 0,
+                                           record.attemptsBefore(tokenIndex)))
                 complete(index, now: now)
                 continue
             }
             counters.notificationsSent += 1
-            return NotificationSend(context: context, notification: job.notification(forToken: token),
+            return NotificationSend(context: context, entryID: job.entryID, notification: job.notification(forToken: token),
                                     attempts: record.attemptsBefore(tokenIndex))
         }
         return nil
@@ -361,7 +383,6 @@ public final class DeliveryRules {
         }
         switch outcome {
         case .accepted:
-            record.attempts = max(record.attempts, attempts)
             counters.accepted += 1
             let (latency, overflow) = now.subtractingReportingOverflow(job.enqueuedAt)
             counters.endToEndLatency.record(milliseconds: overflow ? 0 : latency)
@@ -373,14 +394,12 @@ public final class DeliveryRules {
                 }
             }
         case .deadToken(_, let reason, let timestamp):
-            record.attempts = max(record.attempts, attempts)
             counters.deadTokens += 1
             record.feedback.append(FeedbackEntry.Draft(token: token, topic: job.template.topic, reason: reason.rawValue,
                                                        timestamp: timestamp, job: job.origin))
         case .permanent(let status, let reason):
-            record.attempts = max(record.attempts, attempts)
             let word = reason?.rawValue ?? "Status\(status)"
-            record.deadLetters.append((token, word, "APNs rejected the notification: \(status) \(word).", status))
+            record.deadLetters.append((token, word, "APNs rejected the notification: \(status) \(word).", status, attempts))
         case .retryTokenLater(let reason):
             retryLater(record, token: token, attempts: attempts, status: 429, reason: reason?.rawValue ?? "TooManyRequests",
                        delay: Backoff.tokenRetry.delayMilliseconds(afterFailures: max(1, attempts), using: &random), now: now)
@@ -402,8 +421,7 @@ public final class DeliveryRules {
             retryLater(record, token: token, attempts: attempts, status: 429, reason: "TooManyProviderTokenUpdates",
                        delay: policy.tokenUpdatesThrottledMilliseconds, now: now)
         case .credentialsRejected:
-            record.attempts = max(record.attempts, attempts)
-            park(record, token: token, delay: policy.credentialsRetryMilliseconds)
+            park(record, token: token, attempts: attempts, delay: policy.credentialsRetryMilliseconds, now: now)
         }
         complete(index, now: now)
         return false
@@ -426,9 +444,8 @@ public final class DeliveryRules {
     private func resendNow(_ record: JobRecord, index: Int, tokenIndex: Int, attempts: Int, status: Int, reason: String,
                            now: Int64) -> Bool {
         let token = record.job.tokens[tokenIndex]
-        record.attempts = max(record.attempts, attempts)
         if let verdict = giveUp(record, attempts: attempts, status: status, reason: reason, dueAt: now, now: now) {
-            record.deadLetters.append((token, verdict.reason, verdict.message, status))
+            record.deadLetters.append((token, verdict.reason, verdict.message, status, attempts))
             return false
         }
         if draining || lanes[record.lane].halted {
@@ -443,18 +460,18 @@ public final class DeliveryRules {
     }
 
     private func retryLater(_ record: JobRecord, token: String, attempts: Int, status: Int, reason: String, delay: Int64, now: Int64) {
-        record.attempts = max(record.attempts, attempts)
         let (dueAt, overflow) = now.addingReportingOverflow(max(0, delay))
         if let verdict = giveUp(record, attempts: attempts, status: status, reason: reason, dueAt: overflow ? .max : dueAt, now: now) {
-            record.deadLetters.append((token, verdict.reason, verdict.message, status))
+            record.deadLetters.append((token, verdict.reason, verdict.message, status, attempts))
             return
         }
         if record.job.template.expiration == 0 {
             record.deadLetters.append((token, "expired",
-                                       "The notification has apns-expiration 0 (deliver now or never) and APNs did not take it; the answer was \(status) \(reason).", status))
+                                       "The notification has apns-expiration 0 (deliver now or never) and APNs did not take it; the answer was \(status) \(reason).", status, attempts))
             return
         }
         record.retryTokens.append(token)
+        record.retryAttempts = max(record.retryAttempts, attempts)
         record.retryDelay = max(record.retryDelay, delay)
     }
 
@@ -486,11 +503,21 @@ public final class DeliveryRules {
         "The notification's apns-expiration (\(expiration ?? 0)) passed while it waited for a stream slot; it was not sent."
     }
 
-    /// A token back to the retry set without a counted failure (no attempt spent).
-    private func park(_ record: JobRecord, token: String, delay: Int64) {
+    /// A token back to the retry set without a counted failure (no attempt spent), unless its
+    /// apns-expiration passes before it would be due.
+    @discardableResult
+    private func park(_ record: JobRecord, token: String, attempts: Int, delay: Int64, now: Int64) -> Bool {
+        let (dueAt, overflow) = now.addingReportingOverflow(max(0, delay))
+        if let expiration = record.job.template.expiration, DeliveryRules.hasExpired(expiration, by: overflow ? .max : dueAt) {
+            record.deadLetters.append((token, "expired",
+                                       "The notification's apns-expiration (\(expiration)) passes before it could be sent again.", 0, attempts))
+            return false
+        }
         record.retryTokens.append(token)
+        record.retryAttempts = max(record.retryAttempts, attempts)
         record.handedBack += 1
         record.retryDelay = max(record.retryDelay, delay)
+        return true
     }
 
     private func complete(_ index: Int, now: Int64) {
@@ -536,15 +563,25 @@ public final class DeliveryRules {
             let index = Int(context >> 16)
             guard index < jobs.count, let record = jobs[index] else { continue }
             let tokenIndex = Int(context & 0xFFFF)
+            forgetQueued(record, tokenIndex: tokenIndex, context: context)
             if record.isSuperseded(tokenIndex) {
                 counters.superseded += 1
             } else {
-                park(record, token: record.job.tokens[tokenIndex], delay: delay)
-                handedBack += 1
+                if park(record, token: record.job.tokens[tokenIndex], attempts: record.attemptsBefore(tokenIndex), delay: delay, now: now) {
+                    handedBack += 1
+                }
             }
             complete(index, now: now)
         }
         return handedBack
+    }
+
+    /// A token leaves its lane unsent: a newer job for its collapse id must no longer find it there
+    /// (its job slot is reused once the job finishes).
+    private func forgetQueued(_ record: JobRecord, tokenIndex: Int, context: UInt64) {
+        guard let collapseID = record.job.template.collapseID else { return }
+        let key = DeliveryRules.collapseKey(collapseID, record.job.tokens[tokenIndex])
+        if queuedCollapse[key] == context { queuedCollapse[key] = nil }
     }
 
     // MARK: finishing entries
@@ -555,6 +592,17 @@ public final class DeliveryRules {
         freeJobIndices.append(index)
         counters.jobsFinished += 1
         let job = record.job
+        let (dueAt, overflow) = now.addingReportingOverflow(record.retryDelay)
+        if !record.retryTokens.isEmpty, DeliveryRules.hasExpired(job.template.expiration, by: overflow ? .max : dueAt) {
+            // The job ends later than its tokens were put back: its retry would now be due after its expiration.
+            for token in record.retryTokens {
+                record.deadLetters.append((token, "expired",
+                                           "The notification's apns-expiration (\(job.template.expiration ?? 0)) passes before it could be retried.",
+                                           0, record.retryAttempts))
+            }
+            record.retryTokens = []
+            record.handedBack = 0
+        }
         if record.feedback.isEmpty && record.deadLetters.isEmpty && record.retryTokens.isEmpty {
             // Every token accepted or superseded (the usual job): only the acknowledgement.
             finishing.append(EntryOutcome(entryID: job.entryID))
@@ -563,12 +611,13 @@ public final class DeliveryRules {
         var writes: [OutcomeWrite] = []
         for draft in record.feedback { writes.append(.feedback(draft)) }
         // One dead-letter entry per reason, holding the tokens that got it.
-        var order: [(reason: String, message: String, status: Int, tokens: [String])] = []
+        var order: [(reason: String, message: String, status: Int, attempts: Int, tokens: [String])] = []
         for entry in record.deadLetters {
             if let position = order.firstIndex(where: { $0.reason == entry.reason }) {
                 order[position].tokens.append(entry.token)
+                order[position].attempts = max(order[position].attempts, entry.attempts)
             } else {
-                order.append((entry.reason, entry.message, entry.status, [entry.token]))
+                order.append((entry.reason, entry.message, entry.status, entry.attempts, [entry.token]))
             }
         }
         for group in order {
@@ -579,14 +628,13 @@ public final class DeliveryRules {
             let idBase = job.explicitAPNsID == nil && job.apnsIDBase != job.origin ? job.apnsIDBase : nil
             writes.append(.deadLetter(DeadLetter.Draft(
                 fields: job.fields, tokens: group.tokens, reason: group.reason, message: group.message, status: group.status,
-                attempts: record.attempts, failedAt: now, origin: job.origin, idBase: idBase)))
+                attempts: group.attempts, failedAt: now, origin: job.origin, idBase: idBase)))
         }
         if !record.retryTokens.isEmpty {
             counters.retried += record.retryTokens.count - record.handedBack
             counters.handedBack += record.handedBack
-            let (dueAt, overflow) = now.addingReportingOverflow(record.retryDelay)
-            let retryID = "\(job.entryID)/\(record.attempts)/\(UInt32.random(in: .min ... .max, using: &random))"
-            writes.append(.retry(RetryEntry(job: job, tokens: record.retryTokens, attempts: record.attempts, retryID: retryID,
+            let retryID = "\(job.entryID)/\(record.retryAttempts)/\(UInt32.random(in: .min ... .max, using: &random))"
+            writes.append(.retry(RetryEntry(job: job, tokens: record.retryTokens, attempts: record.retryAttempts, retryID: retryID,
                                             dueAt: overflow ? .max : dueAt)))
         }
         finishing.append(EntryOutcome(entryID: job.entryID, writes: writes))
