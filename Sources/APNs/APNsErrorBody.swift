@@ -27,13 +27,19 @@ public enum APNsErrorBody {
     }
 
     /// A documented reason comes back as the shared constant, so a flood of identical errors
-    /// allocates no strings.
+    /// allocates no strings. An undocumented one is kept when it looks like an APNs word (a
+    /// reason Apple adds later) and is `APNsReason.unknown` otherwise: huge, binary or escaped
+    /// text never leaves the parser.
     private static func reason(_ value: JSONScanner.Value, in json: JSONScanner) -> APNsReason? {
         guard value.kind == .string else { return nil }
         for known in APNsReason.all where json.stringEquals(value, known.rawValue) {
             return known
         }
-        return json.string(value).map(APNsReason.init(rawValue:))
+        // Escapes take at most 6 bytes a character: anything longer cannot be a plausible word.
+        guard value.range.count <= APNsReason.maxUndocumentedLength * 6 + 2, let text = json.string(value) else {
+            return .unknown
+        }
+        return APNsReason.isPlausibleWord(text.utf8) ? APNsReason(rawValue: text) : .unknown
     }
 
     /// APNs sends an integer; a number with a fraction or exponent is accepted when it is within

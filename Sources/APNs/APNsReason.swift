@@ -16,6 +16,36 @@ public struct APNsReason: Hashable, Sendable, RawRepresentable, CustomStringConv
     /// Whether this is a reason Apple documents (any of `all`).
     public var isKnown: Bool { Self.known.contains(self) }
 
+    /// What counters and metric labels key this reason by: itself when Apple documents it, else
+    /// `Unknown`, so a server that invents reasons cannot grow a table of counts.
+    public var countingKey: String { isKnown ? rawValue : Self.unknown.rawValue }
+
+    /// The key of one response in a table of counts: `"<status> <reason>"` with the reason's
+    /// `countingKey` (empty when the answer had none) and a status outside 100…599 as `other`,
+    /// so the table has a bounded number of keys whatever a server sends.
+    public static func countingKey(status: Int, reason: String) -> String {
+        let statusText = (100...599).contains(status) ? String(status) : "other"
+        if reason.isEmpty { return statusText + " " }
+        return statusText + " " + APNsReason(rawValue: reason).countingKey
+    }
+
+    /// Stands for a reason that is not a plausible APNs word (too long, not letters and digits);
+    /// also the one counting key of every undocumented reason.
+    public static let unknown = APNsReason(rawValue: "Unknown")
+
+    /// The longest undocumented reason kept as sent, in bytes. Apple's longest is 26.
+    public static let maxUndocumentedLength = 64
+
+    /// Whether `bytes` look like an APNs reason word: 1…64 ASCII letters and digits starting with
+    /// an uppercase letter, as all of Apple's do (Herald's own reasons start lowercase, so the
+    /// two never mix). Any other reason is kept as `unknown`, so a dead letter or a log line
+    /// never carries what a broken server sent in its place.
+    public static func isPlausibleWord(_ bytes: some Collection<UInt8>) -> Bool {
+        guard let first = bytes.first, bytes.count <= maxUndocumentedLength,
+              first &- UInt8(ascii: "A") < 26 else { return false }
+        return bytes.allSatisfy { ($0 | 0x20) &- UInt8(ascii: "a") < 26 || $0 &- UInt8(ascii: "0") < 10 }
+    }
+
     /// 400: the collapse id is too long.
     public static let badCollapseId = APNsReason(rawValue: "BadCollapseId")
     /// 400: the device token is invalid, or belongs to the other environment.
@@ -52,6 +82,9 @@ public struct APNsReason: Hashable, Sendable, RawRepresentable, CustomStringConv
     public static let expiredProviderToken = APNsReason(rawValue: "ExpiredProviderToken")
     /// 403: the action is not allowed.
     public static let forbidden = APNsReason(rawValue: "Forbidden")
+    /// Not an APNs answer: Herald did not send the request because its headers do not fit in
+    /// the connection's header area (the notification is dead-lettered with this reason).
+    public static let requestHeadersTooLarge = APNsReason(rawValue: "RequestHeadersTooLarge")
     /// 403: the provider token is invalid or its signature does not verify.
     public static let invalidProviderToken = APNsReason(rawValue: "InvalidProviderToken")
     /// 403: no provider token and no certificate.

@@ -15,13 +15,16 @@ public enum RetryCause: Equatable, Sendable {
     case connectionLost
     /// The stream was refused (REFUSED_STREAM): the server did not process it.
     case refusedStream
+    /// No answer within the response deadline (`--response-timeout`): Herald reset the stream.
+    /// APNs may or may not have delivered it, so it counts as an attempt with an unknown outcome.
+    case responseTimeout
 
     /// Whether this attempt counts against the job's retry budget. Requests the server
     /// provably never processed are free to resend.
     public var countsAsAttempt: Bool {
         switch self {
         case .goAway(notProcessed: true), .refusedStream: false
-        case .status, .goAway(notProcessed: false), .streamReset, .connectionLost: true
+        case .status, .goAway(notProcessed: false), .streamReset, .connectionLost, .responseTimeout: true
         }
     }
 }

@@ -7,12 +7,26 @@
 extension Notification {
     /// The longest `apns-collapse-id` APNs accepts, in bytes of UTF-8.
     public static let maxCollapseIDBytes = 64
+    /// The shortest device token Herald sends, in hex digits (8 bytes). Today's tokens are 64
+    /// (32 bytes); APNs says never to assume the length, so the range leaves room both ways.
+    public static let minDeviceTokenHexDigits = 16
+    /// The longest device token Herald sends, in hex digits (100 bytes). A longer "token" is a
+    /// mistake, and it would otherwise reach the request path (an HTTP/2 header).
+    public static let maxDeviceTokenHexDigits = 200
+    /// The longest bundle id, in bytes (the limit of a CFBundleIdentifier).
+    public static let maxBundleIDBytes = 255
+    /// The longest `apns-topic`: a bundle id plus the longest push-type suffix
+    /// (`.push-type.liveactivity`, 23 bytes), 278 bytes. MDM topics (certificate UIDs) are shorter.
+    public static let maxTopicBytes = 278
+    /// The latest `apns-expiration` Herald accepts: 9999-12-31 23:59:59 UTC in UNIX seconds. Later
+    /// values are no date APNs could mean, and Herald multiplies expirations by 1000.
+    public static let maxExpiration: Int64 = 253_402_300_799
 
     /// Throws the first rule this notification breaks, checking headers before the payload.
     ///
-    /// Rules: the device token is non-empty hex (either case) of even length, any length; the
-    /// topic is non-empty printable ASCII without spaces; the priority is one the push type
-    /// allows; the expiration is not negative; a collapse id is 1…64 bytes without control
+    /// Rules: the device token is hex (either case) of even length, 16…200 digits (8…100 bytes);
+    /// the topic is 1…278 bytes of printable ASCII without spaces; the priority is one the push
+    /// type allows; the expiration is within 0…`maxExpiration`; a collapse id is 1…64 bytes without control
     /// characters; an apns-id is a canonical lowercase UUID; the payload is a non-empty JSON
     /// object within the push type's size limit; a Live Activity payload has `aps.timestamp` (a
     /// number) and `aps.event` (`start`, `update` or `end`), and a `start` also has
@@ -25,7 +39,7 @@ extension Notification {
         if let priority, !pushType.allows(priority) {
             throw .badPriority(priority, pushType: pushType)
         }
-        if let expiration, expiration < 0 {
+        if let expiration, expiration < 0 || expiration > Self.maxExpiration {
             throw .badExpiration(expiration)
         }
         if let collapseID {
@@ -44,15 +58,23 @@ extension Notification {
         if let error = Self.deviceTokenError(deviceToken) { throw error }
     }
 
-    /// The device-token rule alone (non-empty hex of even length), for tokens checked apart from
-    /// a whole notification (a fan-out job's other tokens).
+    /// The device-token rule alone (hex of even length, 16…200 digits), for tokens checked apart
+    /// from a whole notification (a fan-out job's other tokens).
     public static func deviceTokenError(_ token: String) -> NotificationError? {
+        let length = token.utf8.count
+        if length == 0 { return .missingDeviceToken }
+        // Before the scan: a huge value is refused at the cost of reading its length.
+        if length > maxDeviceTokenHexDigits {
+            return .deviceTokenTooLong(tokenPrefix: NotificationError.tokenPrefix(token), length: length)
+        }
         // A native String's bytes are contiguous: scan them as a buffer, not through UTF8View.
         var token = token
-        let (badOffset, length) = token.withUTF8 { (firstNonHexDigit(in: $0), $0.count) }
+        let badOffset = token.withUTF8 { firstNonHexDigit(in: $0) }
         if let badOffset { return .badDeviceToken(tokenPrefix: NotificationError.tokenPrefix(token), offset: badOffset) }
-        if length == 0 { return .missingDeviceToken }
         if length % 2 != 0 { return .deviceTokenOddLength(tokenPrefix: NotificationError.tokenPrefix(token), length: length) }
+        if length < minDeviceTokenHexDigits {
+            return .deviceTokenTooShort(tokenPrefix: NotificationError.tokenPrefix(token), length: length)
+        }
         return nil
     }
 
@@ -92,6 +114,10 @@ extension Notification {
 
     private func validateTopic() throws(NotificationError) {
         guard !topic.isEmpty else { throw .missingTopic }
+        let length = topic.utf8.count
+        guard length <= Self.maxTopicBytes else {
+            throw .topicTooLong(NotificationError.excerpt(topic, limit: 40), byteCount: length)
+        }
         // Bundle ids and MDM certificate UIDs are always printable ASCII; anything else in a
         // header is a mistake at best and header injection at worst.
         for byte in topic.utf8 where byte <= 0x20 || byte >= 0x7F {

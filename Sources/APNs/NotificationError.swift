@@ -10,7 +10,13 @@ public enum NotificationError: Error, Equatable, Sendable, CustomStringConvertib
     /// The token has a character other than `0-9a-fA-F` at `offset`.
     case badDeviceToken(tokenPrefix: String, offset: Int)
     case deviceTokenOddLength(tokenPrefix: String, length: Int)
+    /// Fewer than `Notification.minDeviceTokenHexDigits` hex digits.
+    case deviceTokenTooShort(tokenPrefix: String, length: Int)
+    /// More than `Notification.maxDeviceTokenHexDigits` characters.
+    case deviceTokenTooLong(tokenPrefix: String, length: Int)
     case missingTopic
+    /// The topic is longer than `Notification.maxTopicBytes`; the text is an excerpt.
+    case topicTooLong(String, byteCount: Int)
     /// The topic has a space, a control character or a non-ASCII character.
     case badTopic(String)
     case badPriority(Priority, pushType: PushType)
@@ -38,7 +44,10 @@ public enum NotificationError: Error, Equatable, Sendable, CustomStringConvertib
         case .missingDeviceToken: "missing_device_token"
         case .badDeviceToken: "bad_device_token"
         case .deviceTokenOddLength: "device_token_odd_length"
+        case .deviceTokenTooShort: "device_token_too_short"
+        case .deviceTokenTooLong: "device_token_too_long"
         case .missingTopic: "missing_topic"
+        case .topicTooLong: "topic_too_long"
         case .badTopic: "bad_topic"
         case .badPriority: "bad_priority"
         case .badExpiration: "bad_expiration"
@@ -69,6 +78,15 @@ public enum NotificationError: Error, Equatable, Sendable, CustomStringConvertib
         case .deviceTokenOddLength(let prefix, let length):
             "The device token \(Self.quoted(prefix)) has \(length) hex digits; "
                 + "a token is whole bytes, so the count must be even."
+        case .deviceTokenTooShort(let prefix, let length):
+            "The device token \(Self.quoted(prefix)) has \(length) hex digits; Herald accepts "
+                + "\(Notification.minDeviceTokenHexDigits) to \(Notification.maxDeviceTokenHexDigits) (today's tokens have 64)."
+        case .deviceTokenTooLong(let prefix, let length):
+            "The device token \(Self.quoted(prefix)) is \(length) characters long; Herald accepts "
+                + "\(Notification.minDeviceTokenHexDigits) to \(Notification.maxDeviceTokenHexDigits) hex digits (today's tokens have 64)."
+        case .topicTooLong(let topic, let byteCount):
+            "The topic \(Self.quoted(topic)) is \(byteCount) bytes; a topic is a bundle id (at most "
+                + "\(Notification.maxBundleIDBytes) bytes) plus the push type's suffix, at most \(Notification.maxTopicBytes) bytes."
         case .missingTopic:
             "The topic (apns-topic) is empty; it is the app's bundle id plus the push type's suffix."
         case .badTopic(let topic):
@@ -76,8 +94,11 @@ public enum NotificationError: Error, Equatable, Sendable, CustomStringConvertib
         case .badPriority(let priority, let pushType):
             "Priority \(priority.rawValue) is not allowed for push type \(pushType.rawValue); allowed: "
                 + pushType.allowedPriorities.map(\.rawValue).sorted().map(String.init).joined(separator: ", ") + "."
-        case .badExpiration(let expiration):
+        case .badExpiration(let expiration) where expiration < 0:
             "The expiration \(expiration) is negative; it is UNIX seconds, or 0 to try once without storing."
+        case .badExpiration(let expiration):
+            "The expiration \(expiration) is after the year 9999 (at most \(Notification.maxExpiration)); "
+                + "it is UNIX seconds, not milliseconds, or 0 to try once without storing."
         case .emptyCollapseID:
             "The collapse id is empty; leave it out instead."
         case .collapseIDTooLong(let byteCount):
@@ -126,13 +147,11 @@ public enum NotificationError: Error, Equatable, Sendable, CustomStringConvertib
         return excerpt
     }
 
-    /// `text` in double quotes, control and invisible characters escaped so a log line stays one line.
+    /// `text` in double quotes, control and invisible characters escaped so a log line stays one
+    /// line (see `DeadLetterText`). Callers cut `text` first (`excerpt`, `tokenPrefix`); the
+    /// limit here is only a backstop.
     static func quoted(_ text: String) -> String {
-        var quoted = "\""
-        for scalar in text.unicodeScalars {
-            quoted += scalar.escaped(asASCII: false)
-        }
-        return quoted + "\""
+        DeadLetterText.quoted(text, limit: 120)
     }
 
     static func article(_ kind: JSONScanner.Value.Kind) -> String {

@@ -9,6 +9,9 @@ public struct LoadGenConfiguration: Sendable {
     // What to attach to instead of starting it.
     /// `redis://…` of a running Redis; nil starts a private redis-server.
     public var redisURL: String? = nil
+    /// The password of `redisURL`'s Redis when it is not in the URL; workers get it in their
+    /// environment (HERALD_REDIS_PASSWORD), never on their command line.
+    public var redisPassword: String? = nil
     public var queue = "default"
     /// A running APNs (or emulator); nil starts the emulator.
     public var apnsHost: String? = nil

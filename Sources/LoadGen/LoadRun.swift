@@ -23,6 +23,8 @@ public final class LoadRun {
     /// The redis-server and emulator this run started (their CPU is reported beside the workers').
     private var helperProcesses: [(name: String, process: ChildProcess)] = []
     private var directory = ""
+    /// The attached Redis' password, handed to the workers in their environment.
+    private var redisPassword: String?
     private let teamID = "TEAM000001"
     private let keyID = "LOADGEN001"
 
@@ -58,6 +60,7 @@ public final class LoadRun {
 
         // Redis.
         let (endpoint, redisURL) = try startRedis()
+        redisPassword = endpoint.password
         let redis = try BlockingRedisClient(endpoint: endpoint)
         try redis.stopOnSignals()
         try waitForRedis(redis)
@@ -244,7 +247,11 @@ public final class LoadRun {
 
     private func startRedis() throws -> (RedisEndpoint, String) {
         if let url = configuration.redisURL {
-            do { return (try RedisEndpoint(url: url), url) } catch { throw LoadGenError("\(error)") }
+            var endpoint: RedisEndpoint
+            do { endpoint = try RedisEndpoint(url: url) } catch { throw LoadGenError("\(error)") }
+            if let password = configuration.redisPassword { endpoint.password = password }
+            // The workers' command lines are readable by every local user: the password goes apart.
+            return (endpoint, endpoint.urlWithoutPassword)
         }
         // redis-server cannot pick its own port (0 turns TCP off), so one is picked here; if
         // another process binds it first, redis-server exits and the next attempt picks again.
@@ -400,6 +407,7 @@ public final class LoadRun {
     private func startWorkers(executable: String, redisURL: String, apns: APNsTarget) throws -> [(host: String, port: Int)] {
         let c = configuration
         var environment = ["HERALD_CONFIG": ""]
+        if let redisPassword { environment["HERALD_REDIS_PASSWORD"] = redisPassword }
         if apns.started {
             environment["HERALD_TEAM_ID"] = teamID
             environment["HERALD_KEY_ID"] = keyID

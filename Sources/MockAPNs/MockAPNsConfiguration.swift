@@ -59,6 +59,9 @@ public struct MockAPNsConfiguration: Sendable {
     public var goAwayAfterStreams: Int? = nil
     /// Each connection is dropped without GOAWAY after this many streams.
     public var disconnectAfterStreams: Int? = nil
+    /// Stalled and reset streams, garbage error bodies, ignored PINGs, rejected provider tokens:
+    /// their values at start (the `/_herald/...` switches change them while running).
+    public var faults = MockAPNsFaults()
     /// Record enqueue-to-answer latency of accepted requests from the payload's top-level `"t"`
     /// (ms or µs since the epoch; see `LatencyRecorder`). Off by default: it costs a payload scan.
     public var measureLatency = false

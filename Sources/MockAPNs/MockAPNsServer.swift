@@ -11,7 +11,10 @@ import Transport
 /// after first using the previous one gets 429 TooManyProviderTokenUpdates. Every request rule
 /// of the APNs reference is checked and answered with APNs' status and JSON reason. Faults are
 /// injected by configuration. Counts are kept per `apns-id` so a test or the load generator can
-/// tell lost and duplicated notifications apart. Loop-confined.
+/// tell lost and duplicated notifications apart. Faults (`MockAPNsFaults`, the stream limit and
+/// the latency) can be changed while running through `control(path:)`, which serves the
+/// `/_herald/...` paths on the emulator's own port and on `herald mock-apns --stats-port`.
+/// Loop-confined.
 public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     public let loop: EventLoop
     public let configuration: MockAPNsConfiguration
@@ -29,6 +32,16 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     private var acceptedIDs: IDCounter
     /// The added round trip, from `--latency-ms`; `setLatency(milliseconds:)` changes it.
     public private(set) var latencyMilliseconds: Int64
+    /// SETTINGS_MAX_CONCURRENT_STREAMS for connections past their first valid request, from
+    /// `--max-streams`; `setMaxStreams(_:)` changes it on every open connection.
+    public private(set) var maxStreams: UInt32
+    /// The faults injected now: `configuration.faults` at start, changed by `control(path:)`.
+    public private(set) var faults: MockAPNsFaults
+    /// Counts of connections already closed, folded in from their own counters.
+    private var closedPingsAnswered = 0
+    private var closedPingsIgnored = 0
+    /// Garbage bodies built once per kind and reason (the oversized one is 1 MiB).
+    private var garbageBodies: [String: [UInt8]] = [:]
     private var throttled: [String: Int] = [:]
     private var verifiedTokens: [String: Result<ParsedProviderToken, ProviderTokenVerificationFailure>] = [:]
     private var random: SplitMix64
@@ -61,6 +74,8 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         var uuid: UUIDKey?
         /// The payload's enqueue stamp in µs since the epoch (0: none, or not measuring).
         var stampMicros: Int64 = 0
+        /// When set, the stream is reset with this HTTP/2 error code instead of answered.
+        var resetErrorCode: UInt32? = nil
     }
 
     public init(loop: EventLoop, configuration: MockAPNsConfiguration, logger: Logger) throws {
@@ -69,6 +84,8 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         self.logger = logger
         random = SplitMix64(seed: configuration.seed)
         latencyMilliseconds = max(0, configuration.latencyMilliseconds)
+        maxStreams = configuration.maxStreams
+        faults = configuration.faults
         // Growing a table of millions of apns-ids rehashes it all at once and stalls the
         // emulator for tens of ms: benchmarks say how many to expect, so it never grows mid-run.
         acceptedIDs = IDCounter(expected: configuration.expectedNotifications)
@@ -133,6 +150,14 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     public var currentStatistics: MockAPNsStatistics {
         var current = statistics
         current.latency = latency?.percentiles
+        current.connectionsOpen = connections.count
+        current.pingsAnswered = closedPingsAnswered
+        current.pingsIgnored = closedPingsIgnored
+        for connection in connections.values {
+            current.streamsOpen += connection.streamsOpen
+            current.pingsAnswered += connection.pingsAnswered
+            current.pingsIgnored += connection.pingsIgnored
+        }
         return current
     }
 
@@ -152,6 +177,102 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         latencyMilliseconds = max(0, milliseconds)
     }
 
+    /// Changes SETTINGS_MAX_CONCURRENT_STREAMS: a SETTINGS frame goes at once to every connection
+    /// past its first valid request, and connections that have not got there yet rise to `value`
+    /// instead of `--max-streams`. Streams a client opens beyond the new limit before it has
+    /// acknowledged the frame are refused (REFUSED_STREAM) by nghttp2.
+    public func setMaxStreams(_ value: UInt32) {
+        maxStreams = value
+        for connection in connections.values {
+            guard let state = connection.userState as? ConnectionState, state.streamsRaised else { continue }
+            connection.setMaxConcurrentStreams(value)
+            statistics.settingsSent += 1
+        }
+    }
+
+    /// Replaces the injected faults (what the `/_herald/...` switches do); PING handling changes
+    /// on open connections at once, the other faults apply to requests from now on.
+    public func setFaults(_ newFaults: MockAPNsFaults) {
+        faults = newFaults
+        for connection in connections.values { connection.answersPings = !faults.ignorePing }
+    }
+
+    static let controlPrefix = "/_herald/"
+
+    /// The run-time control path: what `GET` (or `POST`) on `path` does and answers, as an HTTP
+    /// status and a JSON body. Served on the emulator's own port (HTTP/2) and on `--stats-port`
+    /// (plain HTTP). Every switch answers with the faults in force after it (`/_herald/faults`).
+    ///
+    /// | path | effect |
+    /// | --- | --- |
+    /// | `/_herald/stats` | the counts (`MockAPNsStatistics.json()`) |
+    /// | `/_herald/faults` | the faults in force |
+    /// | `/_herald/forget-ids` | `forgetAcceptedIDs()` |
+    /// | `/_herald/latency/MS` | `setLatency(milliseconds:)` |
+    /// | `/_herald/max-streams/N` | `setMaxStreams(_:)` |
+    /// | `/_herald/stall/RATE` | leave a share of requests unanswered (0 stops) |
+    /// | `/_herald/stall-next/N` | leave the next N requests unanswered (0 stops) |
+    /// | `/_herald/reset-streams/CODE:RATE` or `off` | reset a share of streams with an HTTP/2 error code |
+    /// | `/_herald/garbage-body/KIND[:RATE]` or `off` | garbage bodies on error answers |
+    /// | `/_herald/ignore-ping/on` or `off` | stop or resume acknowledging PINGs |
+    /// | `/_herald/reject-tokens/on` or `off` | answer every provider token 403 InvalidProviderToken, or stop |
+    public func control(path: String) -> (status: Int, body: String) {
+        let parts = path.dropFirst(MockAPNsServer.controlPrefix.count).split(separator: "/", omittingEmptySubsequences: false)
+        let name = parts.first.map(String.init) ?? ""
+        let argument = parts.count == 2 ? String(parts[1]) : nil
+        func usage(_ form: String) -> (Int, String) { (400, "{\"error\":\"want \(MockAPNsServer.controlPrefix)\(form)\"}") }
+        func onOff(_ text: String?) -> Bool? { text == "on" ? true : text == "off" ? false : nil }
+        var changed = faults
+        switch (name, parts.count) {
+        case ("stats", 1):
+            return (200, currentStatistics.json())
+        case ("faults", 1):
+            return (200, faults.json(maxStreams: maxStreams, latencyMilliseconds: latencyMilliseconds))
+        case ("forget-ids", 1):
+            forgetAcceptedIDs()
+            return (200, "{}")
+        case ("latency", 2):
+            guard let milliseconds = argument.flatMap({ Int64($0) }), milliseconds >= 0 else { return usage("latency/MILLISECONDS") }
+            setLatency(milliseconds: milliseconds)
+        case ("max-streams", 2):
+            guard let limit = argument.flatMap({ UInt32($0) }) else { return usage("max-streams/N") }
+            setMaxStreams(limit)
+        case ("stall", 2):
+            guard let rate = argument.flatMap({ Double($0) }), (0...1).contains(rate) else { return usage("stall/RATE (0 to 1)") }
+            changed.stallRate = rate
+        case ("stall-next", 2):
+            guard let count = argument.flatMap({ Int($0) }), count >= 0 else { return usage("stall-next/N") }
+            changed.stallNext = count
+        case ("reset-streams", 2):
+            if argument == "off" {
+                changed.reset = nil
+            } else {
+                guard let reset = argument.flatMap({ InjectedReset(argument: $0) }) else { return usage("reset-streams/CODE:RATE or off") }
+                changed.reset = reset
+            }
+        case ("garbage-body", 2):
+            if argument == "off" {
+                changed.garbageBody = nil
+            } else {
+                guard let garbage = argument.flatMap({ InjectedGarbageBody(argument: $0) }) else {
+                    return usage("garbage-body/KIND[:RATE] (KIND: \(GarbageBodyKind.allCases.map(\.rawValue).joined(separator: ", "))) or off")
+                }
+                changed.garbageBody = garbage
+            }
+        case ("ignore-ping", 2):
+            guard let on = onOff(argument) else { return usage("ignore-ping/on or off") }
+            changed.ignorePing = on
+        case ("reject-tokens", 2):
+            guard let on = onOff(argument) else { return usage("reject-tokens/on or off") }
+            changed.rejectTokens = on
+        default:
+            return (404, "{\"error\":\"no such control path; try \(MockAPNsServer.controlPrefix)stats or \(MockAPNsServer.controlPrefix)faults\"}")
+        }
+        if changed != faults { setFaults(changed) }
+        logger.info("emulator faults changed", metadata: ["path": "\(path)"])
+        return (200, faults.json(maxStreams: maxStreams, latencyMilliseconds: latencyMilliseconds))
+    }
+
     /// How many times `apnsID` was accepted.
     public func acceptedCount(apnsID: String) -> Int {
         guard let key = UUIDKey(canonical: apnsID.lowercased()) else { return 0 }
@@ -165,6 +286,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
                 loop: loop, fd: fd, tlsContext: tlsContext, identifier: nextConnectionID, initialMaxConcurrentStreams: 1)
             nextConnectionID += 1
             connection.userState = ConnectionState()
+            connection.answersPings = !faults.ignorePing
             connection.delegate = self
             connections[ObjectIdentifier(connection)] = connection
             statistics.connections += 1
@@ -174,21 +296,21 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     }
 
     public func connectionClosed(_ connection: HTTP2ServerConnection, error: ConnectionError?) {
-        connections[ObjectIdentifier(connection)] = nil
+        guard connections.removeValue(forKey: ObjectIdentifier(connection)) != nil else { return }
+        closedPingsAnswered += connection.pingsAnswered
+        closedPingsIgnored += connection.pingsIgnored
     }
 
     // MARK: requests
 
     public func connection(_ connection: HTTP2ServerConnection, received request: HTTP2ServerRequest) {
         statistics.streams += 1
-        let state = connection.userState as! ConnectionState
-        if request.path == "/_herald/stats" && request.method == "GET" {
-            connection.respond(streamID: request.streamID, status: 200, apnsID: nil, body: Array(currentStatistics.json().utf8))
-            return
-        }
-        if request.path == "/_herald/forget-ids" && request.method == "POST" {
-            forgetAcceptedIDs()
-            connection.respond(streamID: request.streamID, status: 200, apnsID: nil, body: Array("{}".utf8))
+        guard let state = connection.userState as? ConnectionState else { return }
+        if request.path.hasPrefix(MockAPNsServer.controlPrefix) {
+            // Control requests (GET or POST) are never subject to faults.
+            let (status, body) = request.method == "GET" || request.method == "POST"
+                ? control(path: request.path) : (405, "{\"reason\":\"MethodNotAllowed\"}")
+            connection.respond(streamID: request.streamID, status: status, apnsID: nil, body: Array(body.utf8))
             return
         }
         if let limit = configuration.disconnectAfterStreams, connection.streamsReceived >= limit {
@@ -196,15 +318,29 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
             connection.abort()
             return
         }
-        let answer = evaluate(request, state: state, certificateAuthenticated: connection.peerCertificateVerified)
+        var answer = evaluate(request, state: state, certificateAuthenticated: connection.peerCertificateVerified)
         if answer.status == 200, !state.streamsRaised {
             state.streamsRaised = true
-            connection.setMaxConcurrentStreams(configuration.maxStreams)
+            connection.setMaxConcurrentStreams(maxStreams)
         }
         if let limit = configuration.goAwayAfterStreams, connection.streamsReceived >= limit, !state.goAwaySent {
             state.goAwaySent = true
             statistics.goAwaysSent += 1
             connection.sendGoAway(lastStreamID: connection.lastStreamID, reasonJSON: "{\"reason\":\"Shutdown\"}")
+        }
+        if faults.streamFaultsOn {
+            // Decided after the request was judged (so a valid first request still raises the
+            // connection's stream limit), instead of answering it.
+            if faults.stallNext > 0 || (faults.stallRate > 0 && draw() < faults.stallRate) {
+                if faults.stallNext > 0 { faults.stallNext -= 1 }
+                // Nothing is kept: the stream's slot lives in the connection until the client
+                // resets the stream or the connection ends.
+                statistics.streamsStalled += 1
+                return
+            }
+            if let reset = faults.reset, reset.rate > 0, draw() < reset.rate {
+                answer.resetErrorCode = reset.errorCode
+            }
         }
         if latencyMilliseconds > 0 {
             delayed.append(DelayedAnswer(dueAt: loop.now + latencyMilliseconds, connection: connection, streamID: request.streamID, answer: answer))
@@ -240,6 +376,12 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     }
 
     private func send(_ answer: Answer, on connection: HTTP2ServerConnection, streamID: Int32) {
+        if let code = answer.resetErrorCode {
+            // Counted when sent, like answers: a reset lost with its connection was not seen.
+            statistics.streamsReset += 1
+            connection.resetStream(streamID: streamID, errorCode: code)
+            return
+        }
         // Counted when answered: an answer lost with its connection was not delivered.
         if answer.status == 200 {
             statistics.accepted += 1
@@ -256,10 +398,29 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         }
         let reason = answer.reason ?? "Unknown"
         statistics.rejected[reason, default: 0] += 1
+        if let garbage = faults.garbageBody, garbage.rate > 0, garbage.rate >= 1 || draw() < garbage.rate {
+            statistics.garbageBodies += 1
+            connection.respond(streamID: streamID, status: answer.status, apnsID: answer.apnsID, body: garbageBody(garbage.kind, reason: reason))
+            return
+        }
         var body = "{\"reason\":\"\(reason)\""
         if let timestamp = answer.timestamp { body += ",\"timestamp\":\(timestamp)" }
         body += "}"
         connection.respond(streamID: streamID, status: answer.status, apnsID: answer.apnsID, body: Array(body.utf8))
+    }
+
+    private func garbageBody(_ kind: GarbageBodyKind, reason: String) -> [UInt8] {
+        let key = kind.rawValue + ":" + reason
+        if let cached = garbageBodies[key] { return cached }
+        let body = InjectedGarbageBody.body(kind, reason: reason)
+        if garbageBodies.count > 64 { garbageBodies.removeAll() }
+        garbageBodies[key] = body
+        return body
+    }
+
+    /// A uniform draw from [0, 1) on the emulator's seeded generator.
+    private func draw() -> Double {
+        Double(random.next() >> 11) / Double(1 << 53)
     }
 
     /// Applies APNs' request rules in the order APNs reports them, then the injected faults.
@@ -287,6 +448,10 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         if !certificateAuthenticated {
             guard let authorization = request.header("authorization").value, authorization.hasPrefix("bearer ") else {
                 return reject(403, "MissingProviderToken")
+            }
+            if faults.rejectTokens {
+                statistics.tokensRejected += 1
+                return reject(403, "InvalidProviderToken")
             }
             let jwt = authorization.dropFirst(7)
             let issuedAt: Int64
@@ -356,11 +521,11 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
             if seen < configuration.throttleCount { return reject(429, "TooManyRequests") }
         }
         if !configuration.injectedErrors.isEmpty {
-            let draw = Double(random.next() >> 11) / Double(1 << 53)
+            let value = draw()
             var threshold = 0.0
             for error in configuration.injectedErrors {
                 threshold += error.rate
-                if draw < threshold {
+                if value < threshold {
                     answer = reject(error.status, error.reason)
                     if error.status == 410 { answer.timestamp = now }
                     return answer
@@ -399,9 +564,9 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     static func apnsAnswer(for error: NotificationError) -> (Int, String) {
         switch error {
         case .missingDeviceToken: return (400, "MissingDeviceToken")
-        case .badDeviceToken, .deviceTokenOddLength: return (400, "BadDeviceToken")
+        case .badDeviceToken, .deviceTokenOddLength, .deviceTokenTooShort, .deviceTokenTooLong: return (400, "BadDeviceToken")
         case .missingTopic: return (400, "MissingTopic")
-        case .badTopic: return (400, "BadTopic")
+        case .badTopic, .topicTooLong: return (400, "BadTopic")
         case .badPriority: return (400, "BadPriority")
         case .badExpiration: return (400, "BadExpirationDate")
         case .emptyCollapseID, .collapseIDTooLong, .collapseIDHasControlCharacter: return (400, "BadCollapseId")

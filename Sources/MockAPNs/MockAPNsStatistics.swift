@@ -17,6 +17,23 @@ public struct MockAPNsStatistics: Sendable, Equatable {
     public var goAwaysSent = 0
     public var disconnects = 0
     public var tokensVerified = 0
+    /// Connections open now.
+    public var connectionsOpen = 0
+    /// Streams open now on open connections: received and not yet closed (stalled ones among them).
+    public var streamsOpen = 0
+    /// Streams left unanswered on purpose (`stallRate`, `stallNext`).
+    public var streamsStalled = 0
+    /// Streams answered with RST_STREAM on purpose (`reset`).
+    public var streamsReset = 0
+    /// Error answers sent with a garbage body (`garbageBody`).
+    public var garbageBodies = 0
+    /// PING frames acknowledged, and left unacknowledged on purpose (`ignorePing`).
+    public var pingsAnswered = 0
+    public var pingsIgnored = 0
+    /// Requests answered 403 InvalidProviderToken because every token was being rejected (`rejectTokens`).
+    public var tokensRejected = 0
+    /// SETTINGS frames sent to open connections by a run-time change of the stream limit.
+    public var settingsSent = 0
     /// End-to-end latency of accepted notifications, when `MockAPNsConfiguration.measureLatency` is on.
     public var latency: LatencyPercentiles? = nil
 
@@ -28,7 +45,10 @@ public struct MockAPNsStatistics: Sendable, Equatable {
         return "{\"accepted\":\(accepted),\"accepted_unique\":\(acceptedUnique),\"duplicates\":\(duplicates),"
             + "\"accepted_without_id\":\(acceptedWithoutID),\"rejected\":{\(reasons)},\"rejected_total\":\(rejectedTotal),"
             + "\"connections\":\(connections),\"streams\":\(streams),\"goaways_sent\":\(goAwaysSent),"
-            + "\"disconnects\":\(disconnects),\"tokens_verified\":\(tokensVerified)"
+            + "\"disconnects\":\(disconnects),\"tokens_verified\":\(tokensVerified),"
+            + "\"connections_open\":\(connectionsOpen),\"streams_open\":\(streamsOpen),\"streams_stalled\":\(streamsStalled),"
+            + "\"streams_reset\":\(streamsReset),\"garbage_bodies\":\(garbageBodies),\"pings_answered\":\(pingsAnswered),"
+            + "\"pings_ignored\":\(pingsIgnored),\"tokens_rejected\":\(tokensRejected),\"settings_sent\":\(settingsSent)"
             + (latency.map { ",\"latency\":" + $0.json() } ?? "") + "}"
     }
 }

@@ -6,6 +6,12 @@ import Transport
 /// One request per connection (`Connection: close`), GET and HEAD only, request head capped at
 /// 8 KiB, idle connections dropped after 10 s. It exists so the worker needs no HTTP framework;
 /// anything beyond scraping and probes does not belong here.
+///
+/// It must never hurt the worker it reports on: at most `maxConnections` connections are open
+/// (a new one closes the oldest that has not sent its request yet), and when `accept` finds no
+/// descriptor left (EMFILE, ENFILE) the listener is not watched for a while (100 ms, doubling to
+/// 1 s) instead of waking the loop again at once: the worker's own reconnects need descriptors
+/// more than a scraper does.
 public final class MetricsHTTPServer {
     public struct Response {
         public var status: Int
@@ -19,44 +25,184 @@ public final class MetricsHTTPServer {
         }
     }
 
-    public let loop: EventLoop
-    public private(set) var port = 0
-    private var listener: HTTP2Listener?
-    private let handler: (String) -> Response
-    private var clients: [Int32: Client] = [:]
+    /// What the server did, for /metrics and tests.
+    public struct Statistics: Sendable, Equatable {
+        /// Calls to accept(2), successful or not.
+        public var acceptCalls = 0
+        /// accept(2) calls that found no descriptor left (each is followed by a pause).
+        public var acceptOutOfDescriptors = 0
+        /// Connections closed to stay within `maxConnections`.
+        public var shedConnections = 0
+        /// Connections closed because they sent no full request within the idle timeout.
+        public var timedOutConnections = 0
+        /// Connections open now.
+        public var openConnections = 0
+    }
 
-    public init(loop: EventLoop, handler: @escaping (String) -> Response) {
+    public static let defaultMaxConnections = 64
+    public static let defaultIdleTimeoutMilliseconds: Int64 = 10_000
+    static let firstAcceptPauseMilliseconds: Int64 = 100
+    static let longestAcceptPauseMilliseconds: Int64 = 1_000
+
+    public let loop: EventLoop
+    public let maxConnections: Int
+    public let idleTimeoutMilliseconds: Int64
+    public private(set) var port = 0
+    private var listenFD: Int32 = -1
+    private var listenerHandler: Listener?
+    private let handler: (String) -> Response
+    /// Open connections, oldest first (so the first is the next to time out).
+    private var clients: [Client] = []
+    private var statistics = Statistics()
+    /// One timer at a time, for the oldest connection's deadline.
+    private var idleTimer: EventLoop.TimerID?
+    private var acceptPause: Int64 = 0
+    private var resumeTimer: EventLoop.TimerID?
+
+    public init(loop: EventLoop, maxConnections: Int = MetricsHTTPServer.defaultMaxConnections,
+                idleTimeoutMilliseconds: Int64 = MetricsHTTPServer.defaultIdleTimeoutMilliseconds,
+                handler: @escaping (String) -> Response) {
         self.loop = loop
+        self.maxConnections = max(1, maxConnections)
+        self.idleTimeoutMilliseconds = max(1, idleTimeoutMilliseconds)
         self.handler = handler
     }
 
     /// Listens on `host:port` (0 picks a free port). Loop thread only.
     public func start(host: String, port: Int) throws {
-        listener = try HTTP2Listener(loop: loop, host: host, port: port) { [weak self] fd in self?.accept(fd) }
-        self.port = listener!.port
+        let (fd, boundPort) = try Socket.listen(host: host, port: port, backlog: 128)
+        let listener = Listener(server: self)
+        do {
+            try loop.register(fd, handler: listener, interest: .read)
+        } catch {
+            Glibc.close(fd)
+            throw error
+        }
+        listenFD = fd
+        listenerHandler = listener
+        self.port = boundPort
     }
 
     public func stop() {
-        listener?.close()
-        listener = nil
-        for client in clients.values { client.close() }
+        if listenFD >= 0 {
+            loop.deregister(listenFD)
+            Glibc.close(listenFD)
+            listenFD = -1
+        }
+        listenerHandler = nil
+        if let resumeTimer { loop.cancel(resumeTimer) }
+        resumeTimer = nil
+        if let idleTimer { loop.cancel(idleTimer) }
+        idleTimer = nil
+        let open = clients
         clients.removeAll()
+        for client in open { client.close() }
     }
 
-    private func accept(_ fd: Int32) {
-        let client = Client(fd: fd, server: self)
+    /// What the server did so far. Loop thread only.
+    public var currentStatistics: Statistics {
+        var result = statistics
+        result.openConnections = clients.count
+        return result
+    }
+
+    /// Whether the listener is being watched (false while pausing after EMFILE). Loop thread only.
+    public var isAccepting: Bool { listenFD >= 0 && resumeTimer == nil }
+
+    // MARK: accepting
+
+    final class Listener: IOHandler {
+        weak var server: MetricsHTTPServer?
+        init(server: MetricsHTTPServer) { self.server = server }
+        func readable() { server?.acceptPending() }
+        func writable() {}
+    }
+
+    private func acceptPending() {
+        // A bounded batch per wake-up: the rest waits for the next loop turn.
+        for _ in 0..<maxConnections {
+            guard listenFD >= 0 else { return }
+            statistics.acceptCalls += 1
+            switch Socket.acceptConnection(listenFD) {
+            case .accepted(let fd):
+                acceptPause = 0
+                adopt(fd)
+            case .noneWaiting:
+                return
+            case .outOfDescriptors:
+                statistics.acceptOutOfDescriptors += 1
+                pauseAccepting()
+                return
+            case .failed:
+                return
+            }
+        }
+    }
+
+    /// Stops watching the listener for a while: the connection stays in the kernel's queue, and
+    /// the loop is not woken for it again until the pause ends.
+    private func pauseAccepting() {
+        guard listenFD >= 0, resumeTimer == nil else { return }
+        acceptPause = acceptPause == 0
+            ? MetricsHTTPServer.firstAcceptPauseMilliseconds
+            : min(acceptPause * 2, MetricsHTTPServer.longestAcceptPauseMilliseconds)
+        loop.deregister(listenFD)
+        resumeTimer = loop.schedule(afterMilliseconds: acceptPause) { [weak self] in
+            guard let self else { return }
+            self.resumeTimer = nil
+            guard self.listenFD >= 0, let listener = self.listenerHandler else { return }
+            do {
+                try self.loop.register(self.listenFD, handler: listener, interest: .read)
+            } catch {
+                // Registering needs no new descriptor; should it fail, try again after a pause.
+                self.pauseAccepting()
+            }
+        }
+    }
+
+    private func adopt(_ fd: Int32) {
+        if clients.count >= maxConnections {
+            // Keep the newest: a scraper that just connected is about to ask; the oldest silent
+            // connection is the likeliest to be stuck or hostile.
+            if let index = clients.firstIndex(where: { !$0.isResponding }) {
+                statistics.shedConnections += 1
+                clients.remove(at: index).close()
+            } else {
+                statistics.shedConnections += 1
+                Glibc.close(fd)
+                return
+            }
+        }
+        let client = Client(fd: fd, server: self, acceptedAt: loop.now)
         do {
             try loop.register(fd, handler: client, interest: .read)
         } catch {
             Glibc.close(fd)
             return
         }
-        clients[fd] = client
-        client.timer = loop.schedule(afterMilliseconds: 10_000) { [weak client] in client?.close() }
+        clients.append(client)
+        scheduleIdleCheck()
+    }
+
+    /// One timer for the oldest connection's deadline; it closes what expired and looks again.
+    private func scheduleIdleCheck() {
+        guard idleTimer == nil, let oldest = clients.first else { return }
+        let delay = max(0, oldest.acceptedAt + idleTimeoutMilliseconds - loop.now)
+        idleTimer = loop.schedule(afterMilliseconds: delay) { [weak self] in
+            guard let self else { return }
+            self.idleTimer = nil
+            let cutoff = self.loop.now - self.idleTimeoutMilliseconds
+            while let oldest = self.clients.first, oldest.acceptedAt <= cutoff {
+                self.statistics.timedOutConnections += 1
+                self.clients.removeFirst()
+                oldest.close()
+            }
+            self.scheduleIdleCheck()
+        }
     }
 
     fileprivate func closed(_ client: Client) {
-        clients[client.fd] = nil
+        if let index = clients.firstIndex(where: { $0 === client }) { clients.remove(at: index) }
     }
 
     fileprivate func respond(to head: String) -> [UInt8] {
@@ -89,17 +235,21 @@ public final class MetricsHTTPServer {
 
     final class Client: IOHandler {
         let fd: Int32
+        let acceptedAt: Int64
         weak var server: MetricsHTTPServer?
         var request: [UInt8] = []
         var output: [UInt8] = []
         var offset = 0
-        var timer: EventLoop.TimerID?
         var isClosed = false
 
-        init(fd: Int32, server: MetricsHTTPServer) {
+        init(fd: Int32, server: MetricsHTTPServer, acceptedAt: Int64) {
             self.fd = fd
             self.server = server
+            self.acceptedAt = acceptedAt
         }
+
+        /// The request arrived and the response is being written.
+        var isResponding: Bool { !output.isEmpty }
 
         func readable() {
             guard output.isEmpty else { return }
@@ -112,6 +262,8 @@ public final class MetricsHTTPServer {
                     if let end = headEnd() {
                         guard let server else { close(); return }
                         output = server.respond(to: String(decoding: request[0..<end], as: UTF8.self))
+                        // Nothing more is read: a client that keeps sending must not wake the loop.
+                        server.loop.setInterest(fd, .write)
                         writable()
                         return
                     }
@@ -137,16 +289,15 @@ public final class MetricsHTTPServer {
         }
 
         func writable() {
-            guard !output.isEmpty, let server else { return }
+            guard !output.isEmpty, !isClosed else { return }
             while offset < output.count {
-                let count = output.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, $0.count - offset) }
+                let count = output.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }
                 if count > 0 {
                     offset += count
                 } else if count < 0 && errno == EINTR {
                     continue
                 } else if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
-                    server.loop.setInterest(fd, [.read, .write])
-                    return
+                    return  // watched for .write since the request arrived
                 } else {
                     break
                 }
@@ -157,7 +308,6 @@ public final class MetricsHTTPServer {
         func close() {
             guard !isClosed else { return }
             isClosed = true
-            if let timer, let server { server.loop.cancel(timer) }
             server?.loop.deregister(fd)
             Glibc.close(fd)
             server?.closed(self)

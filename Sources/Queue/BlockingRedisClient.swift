@@ -147,9 +147,15 @@ public final class BlockingRedisClient: RedisCommandExecutor, RedisConnectionDel
 
     /// A transport failure, worded by whether Redis was ever reached.
     private func toolError(_ error: RedisError) -> QueueToolError {
+        if case .authenticationFailed(let message) = error {
+            return .authenticationFailed(endpoint: endpoint.description, message: message)
+        }
         let cause = QueueToolErrorText.cause(of: error, endpoint: endpoint)
         if !everReady { return .unreachable(endpoint: endpoint.description, cause: cause) }
-        if case .connectFailed = error { return .unreachable(endpoint: endpoint.description, cause: cause) }
+        switch error {
+        case .connectFailed, .authenticationFailed, .invalidURL: return .unreachable(endpoint: endpoint.description, cause: cause)
+        default: break
+        }
         return .connectionLost(endpoint: endpoint.description, cause: cause)
     }
 }
@@ -161,6 +167,8 @@ enum QueueToolErrorText {
         switch error {
         case .connectFailed(let message), .connectionLost(let message), .protocolError(let message), .server(let message):
             text = message
+        case .authenticationFailed, .invalidURL:
+            text = error.description
         }
         for prefix in ["cannot connect to Redis: ", "lost the connection to Redis: ", endpoint.description + ": "] {
             while text.hasPrefix(prefix) { text = String(text.dropFirst(prefix.count)) }

@@ -33,7 +33,7 @@ public struct DeadLetter: Sendable {
     /// The dead letter's own attempts (the last `attempts` field; a retried job carries another before it).
     public var attempts: Int? { record.text(Field.attempts).flatMap { Int($0) } }
     /// When the worker dead-lettered it, ms since the epoch (the entry id's time when absent).
-    public var failedAt: Int64 { record.text(Field.failedAt).flatMap { Int64($0) } ?? Int64(id.milliseconds) }
+    public var failedAt: Int64 { record.text(Field.failedAt).flatMap { Int64($0) } ?? Int64(clamping: id.milliseconds) }
     public var topic: String? { record.text(JobField.topic) }
     /// The device tokens of the entry (`token`, then each of `tokens`).
     public var tokens: [String] {

@@ -8,8 +8,9 @@ public enum DurationText {
         for character in text.lowercased() {
             if let digit = character.wholeNumberValue, character.isASCII {
                 let (shifted, overflow) = (number ?? 0).multipliedReportingOverflow(by: 10)
-                if overflow { return nil }
-                number = shifted + Int64(digit)
+                let (next, carry) = shifted.addingReportingOverflow(Int64(digit))
+                if overflow || carry { return nil }
+                number = next
                 continue
             }
             let unit: Int64
@@ -23,8 +24,9 @@ public enum DurationText {
             }
             guard let value = number else { return nil }
             let (product, overflow) = value.multipliedReportingOverflow(by: unit)
-            if overflow { return nil }
-            total += product
+            let (sum, carry) = total.addingReportingOverflow(product)
+            if overflow || carry { return nil }
+            total = sum
             number = nil
             sawUnit = true
         }

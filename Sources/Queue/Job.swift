@@ -30,6 +30,16 @@ public enum JobField {
     public static let herald: Set<String> = [attempts, origin, retryID, enqueuedAt, idBase]
 }
 
+/// The ranges Herald accepts for the numbers in its own fields (`attempts`, `enqueued_at`,
+/// `origin`). Anything outside is dead-lettered by the decoder, so the worker's sums and
+/// products on them (attempt counts, latencies, due times) can never overflow.
+public enum JobLimits {
+    /// The most attempts a job may say were already made (`--max-attempts` is far below).
+    public static let maxAttempts = 1000
+    /// 9999-12-31 23:59:59.999 UTC in ms since the epoch: the latest `enqueued_at` and `origin` time.
+    public static let maxTimestampMilliseconds: Int64 = 253_402_300_799_999
+}
+
 /// What a worker needs to know to build jobs: defaults for fields a job leaves out.
 public struct JobDefaults: Sendable {
     /// The app's bundle id: the topic is this plus the push type's suffix when a job names none.

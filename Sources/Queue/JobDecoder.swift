@@ -13,9 +13,9 @@ public enum JobDecoder {
         var expirationText: String? = nil
         var collapseID: String? = nil
         var id: String? = nil
-        var attempts = 0
+        var attemptsText: String? = nil
         var origin: String? = nil
-        var enqueuedAt: Int64? = nil
+        var enqueuedAtText: String? = nil
         var idBase: String? = nil
         var unknown = 0
         for (name, value) in fields {
@@ -29,15 +29,40 @@ public enum JobDecoder {
             case JobField.expiration: expirationText = text(value)
             case JobField.collapseID: collapseID = text(value)
             case JobField.id: id = text(value)
-            case JobField.attempts: attempts = Int(text(value)) ?? 0
+            case JobField.attempts: attemptsText = text(value)
             case JobField.origin: origin = text(value)
-            case JobField.enqueuedAt: enqueuedAt = Int64(text(value))
+            case JobField.enqueuedAt: enqueuedAtText = text(value)
             case JobField.idBase: idBase = text(value)
             case JobField.app, JobField.retryID: break
             default: unknown += 1
             }
         }
         guard let payload, !payload.isEmpty else { return .failure(.missingPayload) }
+        // Herald's own numbers, range-checked so no sum or product on them can overflow later.
+        var attempts = 0
+        if let attemptsText, !attemptsText.isEmpty {
+            guard let value = Int(attemptsText), (0...JobLimits.maxAttempts).contains(value) else {
+                return .failure(.badAttempts(attemptsText))
+            }
+            attempts = value
+        }
+        var enqueuedAt: Int64? = nil
+        if let enqueuedAtText, !enqueuedAtText.isEmpty {
+            guard let value = Int64(enqueuedAtText), (0...JobLimits.maxTimestampMilliseconds).contains(value) else {
+                return .failure(.badEnqueuedAt(enqueuedAtText))
+            }
+            enqueuedAt = value
+        }
+        var originID: StreamEntryID? = nil
+        if let origin, !origin.isEmpty {
+            guard let parsed = StreamEntryID(bytes: origin.utf8),
+                  parsed.milliseconds <= UInt64(JobLimits.maxTimestampMilliseconds) else {
+                return .failure(.badOrigin(origin))
+            }
+            originID = parsed
+        } else {
+            origin = nil
+        }
         var tokenList: [String] = []
         // Tokens are hex; APNs and the feedback stream use lowercase, so fold once here.
         if let token, !token.isEmpty { tokenList.append(lowercased(token[...])) }
@@ -80,7 +105,7 @@ public enum JobDecoder {
             template.deviceToken = tokenList[0]
             do { try template.validate() } catch { return .failure(.notification(error)) }
             return .success(makeJob(entryID: entryID, fields: fields, tokens: tokenList, invalid: [], template: template,
-                                    id: id, idBase: idBase, origin: origin, enqueuedAt: enqueuedAt, attempts: attempts,
+                                    id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt, attempts: attempts,
                                     unknown: unknown, defaults: defaults))
         }
         var valid: [String] = []
@@ -105,22 +130,24 @@ public enum JobDecoder {
             return .failure(.notification(only.1))
         }
         return .success(makeJob(entryID: entryID, fields: fields, tokens: valid, invalid: invalid, template: template,
-                                id: id, idBase: idBase, origin: origin, enqueuedAt: enqueuedAt, attempts: attempts,
+                                id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt, attempts: attempts,
                                 unknown: unknown, defaults: defaults))
     }
 
     private static func makeJob(
         entryID: StreamEntryID, fields: [(name: String, value: [UInt8])], tokens: [String],
         invalid: [(String, NotificationError)], template: Notification, id: String?, idBase: String?,
-        origin: String?, enqueuedAt: Int64?, attempts: Int, unknown: Int, defaults: JobDefaults
+        origin: String?, originID: StreamEntryID?, enqueuedAt: Int64?, attempts: Int, unknown: Int, defaults: JobDefaults
     ) -> Job {
         var template = template
         template.deviceToken = ""
-        let originID = origin.flatMap { StreamEntryID($0) } ?? entryID
+        let originID = originID ?? entryID
         let explicitID = id.flatMap { $0.isEmpty ? nil : $0 }
+        let idBase = idBase.flatMap { $0.isEmpty ? nil : $0 }
         return Job(
             entryID: entryID, fields: fields, originText: origin, originID: originID,
-            enqueuedAt: enqueuedAt ?? Int64(originID.milliseconds),
+            // An entry id is any UInt64 a producer gave XADD; latency sums need it within Int64.
+            enqueuedAt: enqueuedAt ?? Int64(min(originID.milliseconds, UInt64(JobLimits.maxTimestampMilliseconds))),
             tokens: tokens, invalidTokens: invalid, template: template,
             // A job's own `id` is sent as is only for a single notification; fan-out derives from it.
             explicitAPNsID: tokens.count + invalid.count == 1 && idBase == nil ? explicitID : nil,

@@ -10,6 +10,12 @@ public enum JobError: Error, Equatable, Sendable, CustomStringConvertible {
     case badExpiration(String)
     case noTopic
     case badAPNsID(String)
+    /// Herald's `attempts` is not a whole number within 0…`JobLimits.maxAttempts`.
+    case badAttempts(String)
+    /// Herald's `enqueued_at` is not ms since the epoch within 0…`JobLimits.maxTimestampMilliseconds`.
+    case badEnqueuedAt(String)
+    /// Herald's `origin` is not a stream entry id `<ms>-<seq>` with ms within 0…`JobLimits.maxTimestampMilliseconds`.
+    case badOrigin(String)
     case notification(NotificationError)
 
     /// A stable snake_case word for machines (dead-letter `reason`, metrics labels).
@@ -23,6 +29,9 @@ public enum JobError: Error, Equatable, Sendable, CustomStringConvertible {
         case .badExpiration: "bad_expiration"
         case .noTopic: "missing_topic"
         case .badAPNsID: "bad_apns_id"
+        case .badAttempts: "bad_attempts"
+        case .badEnqueuedAt: "bad_enqueued_at"
+        case .badOrigin: "bad_origin"
         case .notification(let error): error.code
         }
     }
@@ -46,13 +55,22 @@ public enum JobError: Error, Equatable, Sendable, CustomStringConvertible {
             "The job has no `topic` and this worker has no --bundle-id to derive one from."
         case .badAPNsID(let value):
             "The id \(JobError.quoted(value)) is not a canonical lowercase UUID (8-4-4-4-12 hex digits)."
+        case .badAttempts(let value):
+            "The attempts \(JobError.quoted(value)) is not a whole number from 0 to \(JobLimits.maxAttempts); "
+                + "it is Herald's own field, which producers must not set."
+        case .badEnqueuedAt(let value):
+            "The enqueued_at \(JobError.quoted(value)) is not ms since the epoch from 0 to \(JobLimits.maxTimestampMilliseconds) "
+                + "(the year 9999); it is Herald's own field, which producers must not set."
+        case .badOrigin(let value):
+            "The origin \(JobError.quoted(value)) is not a stream entry id <ms>-<seq> with ms from 0 to "
+                + "\(JobLimits.maxTimestampMilliseconds) (the year 9999); it is Herald's own field, which producers must not set."
         case .notification(let error):
             error.description
         }
     }
 
+    /// A producer's value in a message: escaped and cut to 40 characters (see `DeadLetterText`).
     static func quoted(_ value: String) -> String {
-        let short = value.count > 40 ? String(value.prefix(40)) + "…" : value
-        return "\"" + short + "\""
+        DeadLetterText.quoted(value)
     }
 }

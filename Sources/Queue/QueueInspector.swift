@@ -1,3 +1,4 @@
+import APNs
 import Transport
 
 /// Reads a queue's numbers for `herald stats`: two round trips per call (Redis' clock, then one
@@ -60,7 +61,8 @@ public final class QueueInspector {
         let retryDue = Int(try RedisReplyReader.integer(replies[5], command: "ZCOUNT \(keys.retry)"))
         var nextRetryAt: Int64? = nil
         if case .array(let first) = replies[6], first.count == 2, let score = first[1].string, let value = Double(score) {
-            nextRetryAt = Int64(value)
+            // A score is a double anyone with ZADD can set: never convert one outside Int64.
+            nextRetryAt = Int64(exactly: value.rounded(.down)) ?? (value > 0 ? .max : .min)
         }
         let dead = Int(try RedisReplyReader.integer(replies[7], command: "XLEN \(keys.dead)"))
         let feedback = Int(try RedisReplyReader.integer(replies[8], command: "XLEN \(keys.feedback)"))
@@ -89,7 +91,7 @@ public final class QueueInspector {
             throw QueueToolError.server(command: "XPENDING \(keys.jobs) \(keys.group)", message: message)
         }
         var oldestAge: Int64? = nil
-        if let oldestID, let id = StreamEntryID(oldestID) { oldestAge = max(0, now - Int64(id.milliseconds)) }
+        if let oldestID, let id = StreamEntryID(oldestID) { oldestAge = max(0, now.subtractingSaturating(Int64(clamping: id.milliseconds))) }
 
         let lag: Int
         let exact: Bool

@@ -5,6 +5,8 @@ import Transport
 public enum QueueToolError: Error, CustomStringConvertible, Sendable, Equatable {
     /// Redis could not be reached at all (refused, unresolvable, timed out, bad password).
     case unreachable(endpoint: String, cause: String)
+    /// Redis refused the password, or wants one (WRONGPASS, NOAUTH).
+    case authenticationFailed(endpoint: String, message: String)
     /// The connection dropped in the middle of the work.
     case connectionLost(endpoint: String, cause: String)
     /// Redis did not answer within the time allowed.
@@ -23,14 +25,17 @@ public enum QueueToolError: Error, CustomStringConvertible, Sendable, Equatable 
         case .unreachable(let endpoint, let cause):
             return "cannot reach Redis at \(endpoint) (\(cause)). Point Herald at your Redis with "
                 + "--redis redis://[user[:password]@]host[:port][/db] or the HERALD_REDIS environment variable."
+        case .authenticationFailed(let endpoint, let message):
+            return "Redis at \(endpoint) refused to authenticate Herald: \(message) Give the password with "
+                + "--redis-password-file FILE or the HERALD_REDIS_PASSWORD environment variable."
         case .connectionLost(let endpoint, let cause):
             return "lost the connection to Redis at \(endpoint) (\(cause)). Every step is atomic and safe to repeat: run the command again to finish."
         case .timedOut(let endpoint, let command, let seconds):
             return "Redis at \(endpoint) did not answer \(command) within \(seconds) s."
         case .server(let command, let message):
             if message.hasPrefix("NOAUTH") || message.hasPrefix("WRONGPASS") {
-                return "Redis refused \(command): \(message) Give the password in the URL: "
-                    + "--redis redis://[user]:PASSWORD@host:port (or HERALD_REDIS)."
+                return "Redis refused \(command): \(message) Give the password with "
+                    + "--redis-password-file FILE or the HERALD_REDIS_PASSWORD environment variable."
             }
             return "Redis refused \(command): \(message)"
         case .unexpectedReply(let command, let reply):

@@ -29,8 +29,9 @@ public struct StreamEntryID: Hashable, Comparable, Sendable, CustomStringConvert
             }
             guard byte >= 0x30 && byte <= 0x39 else { return nil }
             let (shifted, overflow) = (seenDash ? sequence : milliseconds).multipliedReportingOverflow(by: 10)
-            if overflow { return nil }
-            if seenDash { sequence = shifted + UInt64(byte - 0x30) } else { milliseconds = shifted + UInt64(byte - 0x30) }
+            let (next, carry) = shifted.addingReportingOverflow(UInt64(byte - 0x30))
+            if overflow || carry { return nil }
+            if seenDash { sequence = next } else { milliseconds = next }
             digits += 1
         }
         guard seenDash, digits > 0 else { return nil }

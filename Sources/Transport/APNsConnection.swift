@@ -32,6 +32,12 @@ public protocol APNsConnectionDelegate: AnyObject {
     func connectionSlotsChanged(_ connection: APNsConnection)
     /// The connection is gone. Every request it held was completed (as retryable) before this call.
     func connectionClosed(_ connection: APNsConnection, error: ConnectionError?)
+    /// The server sent GOAWAY: the connection takes no new streams and closes when its streams end.
+    func connectionIsGoingAway(_ connection: APNsConnection)
+}
+
+extension APNsConnectionDelegate {
+    public func connectionIsGoingAway(_ connection: APNsConnection) {}
 }
 
 /// One HTTP/2 connection to APNs (or the emulator): TLS, nghttp2 client session, and a fixed
@@ -83,6 +89,18 @@ public final class APNsConnection: HTTP2Endpoint {
     public var pingIntervalMilliseconds: Int64 = 60_000
     public var pingTimeoutMilliseconds: Int64 = 10_000
     public var connectTimeoutMilliseconds: Int64 = 10_000
+    /// How long a stream may wait for its answer (`--response-timeout`). Past it the stream is
+    /// reset and its request completes as `.responseTimeout`: retried as an attempt whose outcome
+    /// is unknown, so a server that never answers one stream cannot hold its slot forever.
+    public var responseTimeoutMilliseconds: Int64 = 30_000
+    private var deadlineTimer: EventLoop.TimerID?
+    private var localCompletionsScheduled = false
+    /// A GOAWAY arrived during input processing; the delegate hears it after nghttp2 returns.
+    private var goingAwayToReport = false
+    /// Streams this connection reset because their answer did not come in time.
+    public private(set) var responseTimeouts = 0
+    /// Requests completed without being sent because their headers do not fit (`RequestHeaderBuilder.capacity`).
+    public private(set) var oversizedRequests = 0
 
     private let headers: RequestHeaderBuilder
 
@@ -93,6 +111,9 @@ public final class APNsConnection: HTTP2Endpoint {
         var payloadOffset = 0
         var headersSent = false
         var failure: RetryCause? = nil
+        var streamID: Int32 = 0
+        /// Set when the request was completed here without being sent (its headers do not fit).
+        var notSent = false
     }
 
     /// False until the non-blocking TCP connect is known to have succeeded.
@@ -237,6 +258,7 @@ public final class APNsConnection: HTTP2Endpoint {
         connectTimer = nil
         state = .ready
         schedulePing()
+        scheduleDeadlineCheck()
         delegate?.connectionIsReady(self)
     }
 
@@ -250,11 +272,25 @@ public final class APNsConnection: HTTP2Endpoint {
         let index = Int(slotIndex)
         // nghttp2 copies the header list, and no callback runs inside submit: the request is moved
         // into its slot afterwards (a move, not a copy: no retain of each of its references).
-        let streamID = headers.withHeaders(for: request.notification, authorization: authorization) { nva, count in
+        let submitted = headers.withHeaders(for: request.notification, authorization: authorization) { nva, count in
             var provider = nghttp2_data_provider()
             provider.source.ptr = UnsafeMutableRawPointer(bitPattern: index + 1)
             provider.read_callback = apnsReadPayload
             return nghttp2_submit_request(session, nil, nva, count, &provider, UnsafeMutableRawPointer(bitPattern: index + 1))
+        }
+        guard let streamID = submitted else {
+            // Never sent with a header cut short: this one notification fails on its own, and the
+            // connection and its provider token stay untouched.
+            oversizedRequests += 1
+            slots[index].request = consume request
+            slots[index].status = 0
+            slots[index].failure = nil
+            slots[index].notSent = true
+            slots[index].streamID = 0
+            inFlight += 1
+            completed.append(slotIndex)
+            scheduleLocalCompletions()
+            return true
         }
         if streamID < 0 {
             freeSlotIndices.append(slotIndex)
@@ -272,6 +308,8 @@ public final class APNsConnection: HTTP2Endpoint {
         slots[index].payloadOffset = 0
         slots[index].headersSent = false
         slots[index].failure = nil
+        slots[index].notSent = false
+        slots[index].streamID = streamID
         inFlight += 1
         streamsOpened += 1
         if !tokenUsed && authorization != nil {
@@ -301,7 +339,7 @@ public final class APNsConnection: HTTP2Endpoint {
 
     fileprivate func onStreamClose(streamID: Int32, errorCode: UInt32) {
         guard let index = slotIndex(streamID), slots[index].request != nil else { return }
-        if slots[index].status == 0 {
+        if slots[index].failure == nil && slots[index].status == 0 {
             if errorCode == UInt32(NGHTTP2_REFUSED_STREAM.rawValue) || !slots[index].headersSent {
                 slots[index].failure = streamID > goAwayLastStreamID ? .goAway(notProcessed: true) : .refusedStream
             } else {
@@ -331,7 +369,10 @@ public final class APNsConnection: HTTP2Endpoint {
                 reason = APNsErrorBody.parse(body).reason?.rawValue
             }
             goAwayInfo = (goaway.error_code, reason)
-            if state == .ready || state == .connecting { state = .goingAway }
+            if state == .ready || state == .connecting {
+                state = .goingAway
+                goingAwayToReport = true
+            }
         }
         pingSentAt = nil
     }
@@ -361,6 +402,10 @@ public final class APNsConnection: HTTP2Endpoint {
     // MARK: completions
 
     override func sessionProcessedInput() {
+        if goingAwayToReport {
+            goingAwayToReport = false
+            delegate?.connectionIsGoingAway(self)
+        }
         drainCompletions()
         if state == .goingAway, inFlight == 0 {
             terminate(goAwayInfo.map { .goAway(errorCode: $0.code, reason: $0.reason) } ?? .closedLocally)
@@ -382,7 +427,10 @@ public final class APNsConnection: HTTP2Endpoint {
             inFlight -= 1
             freeSlotIndices.append(Int32(slotIndex))
             let outcome: DeliveryOutcome
-            if let failure = slots[slotIndex].failure {
+            if slots[slotIndex].notSent {
+                slots[slotIndex].notSent = false
+                outcome = .permanent(status: 0, reason: .requestHeadersTooLarge)
+            } else if let failure = slots[slotIndex].failure {
                 outcome = .retryOnAnotherConnection(failure)
             } else {
                 outcome = slots[slotIndex].body.withUnsafeBytes {
@@ -399,8 +447,10 @@ public final class APNsConnection: HTTP2Endpoint {
         state = .closed
         if let connectTimer { loop.cancel(connectTimer) }
         if let pingTimer { loop.cancel(pingTimer) }
+        if let deadlineTimer { loop.cancel(deadlineTimer) }
         connectTimer = nil
         pingTimer = nil
+        deadlineTimer = nil
         // Everything still held goes back to the caller as retryable; unsent streams were never
         // seen by the server and do not count as an attempt.
         for index in slots.indices where slots[index].request != nil {
@@ -414,6 +464,52 @@ public final class APNsConnection: HTTP2Endpoint {
         let delegate = self.delegate
         drainCompletions()
         delegate?.connectionClosed(self, error: error)
+    }
+
+    // MARK: local completions and response deadlines
+
+    /// Hands out completions made outside nghttp2's input processing (requests never sent) on
+    /// the next loop turn, never from inside the caller's `submit`.
+    private func scheduleLocalCompletions() {
+        guard !localCompletionsScheduled else { return }
+        localCompletionsScheduled = true
+        _ = loop.schedule(afterMilliseconds: 0) { [weak self] in
+            guard let self else { return }
+            self.localCompletionsScheduled = false
+            if !self.completed.isEmpty { self.drainCompletions() }
+        }
+    }
+
+    private func scheduleDeadlineCheck() {
+        let interval = max(10, min(1_000, responseTimeoutMilliseconds / 4))
+        deadlineTimer = loop.schedule(afterMilliseconds: interval) { [weak self] in
+            self?.checkDeadlines()
+        }
+    }
+
+    /// Resets every stream whose answer is overdue (one scan of the slots a period, no timer per
+    /// stream); nghttp2 then closes it and `onStreamClose` completes it as `.responseTimeout`.
+    private func checkDeadlines() {
+        guard isOpen, let session else { return }
+        if inFlight > 0 {
+            let oldestAllowed = loop.now - responseTimeoutMilliseconds
+            var reset = false
+            for index in slots.indices where slots[index].request != nil && slots[index].failure == nil && !slots[index].notSent {
+                guard let submittedAt = slots[index].request?.submittedAt, submittedAt <= oldestAllowed else { continue }
+                slots[index].failure = .responseTimeout
+                responseTimeouts += 1
+                if nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), slots[index].streamID,
+                                             UInt32(NGHTTP2_CANCEL.rawValue)) == 0 {
+                    reset = true
+                } else {
+                    // nghttp2 no longer knows the stream: complete it here.
+                    completed.append(Int32(index))
+                    scheduleLocalCompletions()
+                }
+            }
+            if reset { scheduleFlush() }
+        }
+        scheduleDeadlineCheck()
     }
 
     // MARK: liveness

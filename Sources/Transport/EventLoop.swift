@@ -37,6 +37,8 @@ public final class EventLoop: @unchecked Sendable {
 
     private var timers = TimerHeap()
     private var nextTimerID: UInt64 = 1
+    /// Ids of cancelled timers (some may have run already). Bounded: once they outnumber half the
+    /// heap, the heap drops the cancelled entries and the set is forgotten (`cancel`).
     private var cancelledTimers = Set<UInt64>()
 
     private var endOfTickObservers: [any TickObserver] = []
@@ -146,13 +148,26 @@ public final class EventLoop: @unchecked Sendable {
     public func schedule(afterMilliseconds milliseconds: Int64, _ body: @escaping () -> Void) -> TimerID {
         let id = nextTimerID
         nextTimerID += 1
-        timers.push(TimerEntry(deadline: now + max(0, milliseconds), id: id, body: body))
+        let deadline = now.addingReportingOverflow(max(0, milliseconds))
+        let entry = TimerEntry(deadline: deadline.overflow ? .max : deadline.partialValue, id: id, body: body)
+        timers.push(entry)
         return TimerID(raw: id)
     }
 
+    /// Stops a timer that has not run yet; a no-op for one that ran or was cancelled before.
     public func cancel(_ timer: TimerID) {
         cancelledTimers.insert(timer.raw)
+        // Ids of timers that already ran would otherwise stay here for the life of the loop
+        // (the metrics server cancels one per connection): compact, amortized O(1) per cancel.
+        if cancelledTimers.count > 64 && cancelledTimers.count * 2 > timers.count {
+            timers.removeAll { cancelledTimers.contains($0.id) }
+            cancelledTimers.removeAll(keepingCapacity: true)
+        }
     }
+
+    /// Timers in the heap (cancelled ones included) and cancelled ones remembered: for tests that
+    /// check the bookkeeping stays bounded.
+    var timerBookkeeping: (heap: Int, cancelled: Int) { (timers.count, cancelledTimers.count) }
 
     // MARK: end-of-tick
 
@@ -244,8 +259,7 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     private func runDueTimers() {
-        while let deadline = timers.peekDeadline(), deadline <= now {
-            let entry = timers.pop()!
+        while let deadline = timers.peekDeadline(), deadline <= now, let entry = timers.pop() {
             if cancelledTimers.remove(entry.id) != nil { continue }
             entry.body()
         }
@@ -276,6 +290,17 @@ struct TimerHeap {
     private var items: [TimerEntry] = []
 
     var isEmpty: Bool { items.isEmpty }
+    var count: Int { items.count }
+
+    /// Drops every entry `shouldRemove` picks and restores the heap order (O(n)).
+    mutating func removeAll(where shouldRemove: (TimerEntry) -> Bool) {
+        items.removeAll(where: shouldRemove)
+        var index = items.count / 2
+        while index > 0 {
+            index -= 1
+            siftDown(from: index)
+        }
+    }
 
     func peekDeadline() -> Int64? { items.first?.deadline }
 
@@ -298,7 +323,12 @@ struct TimerHeap {
         guard !items.isEmpty else { return nil }
         items.swapAt(0, items.count - 1)
         let top = items.removeLast()
-        var parent = 0
+        siftDown(from: 0)
+        return top
+    }
+
+    private mutating func siftDown(from start: Int) {
+        var parent = start
         while true {
             let left = 2 * parent + 1
             let right = left + 1
@@ -309,6 +339,5 @@ struct TimerHeap {
             items.swapAt(parent, smallest)
             parent = smallest
         }
-        return top
     }
 }

@@ -73,6 +73,12 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
     public private(set) var goAwayLastStreamID: Int32 = .max
     /// Streams refused because they arrived after this server's GOAWAY.
     public private(set) var streamsRefusedAfterGoAway = 0
+    /// Whether PING frames are acknowledged. nghttp2's automatic acknowledgement is off on this
+    /// session so that a test server can stop answering (a peer that looks dead to liveness checks).
+    public var answersPings = true
+    /// PING frames acknowledged, and received while `answersPings` was off.
+    public private(set) var pingsAnswered = 0
+    public private(set) var pingsIgnored = 0
 
     /// Requests being received, in slots reused from stream to stream (the stream's nghttp2 user
     /// data is its slot index + 1), so a request costs no dictionary and keeps its buffers.
@@ -114,8 +120,13 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, serverOnDataChunk)
         nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, serverOnFrameRecv)
         nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, serverOnStreamClose)
+        var option: OpaquePointer? = nil
+        nghttp2_option_new(&option)
+        defer { nghttp2_option_del(option) }
+        // PINGs are acknowledged in `pingReceived`, which can also leave them unanswered.
+        nghttp2_option_set_no_auto_ping_ack(option, 1)
         var newSession: OpaquePointer? = nil
-        let rc = nghttp2_session_server_new(&newSession, callbacks, Unmanaged.passUnretained(self).toOpaque())
+        let rc = nghttp2_session_server_new2(&newSession, callbacks, Unmanaged.passUnretained(self).toOpaque(), option)
         guard rc == 0, let newSession else { throw .protocolError("nghttp2_session_server_new failed (\(rc))") }
         session = newSession
         setMaxConcurrentStreams(initialMaxConcurrentStreams)
@@ -192,6 +203,19 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
         _ = nghttp2_submit_goaway(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), lastStreamID, errorCode, &data, data.count)
         scheduleFlush()
     }
+
+    /// Ends stream `streamID` with RST_STREAM `errorCode` instead of answering it (ignored if the
+    /// stream is gone).
+    public func resetStream(streamID: Int32, errorCode: UInt32) {
+        guard let session, isOpen else { return }
+        _ = nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, errorCode)
+        scheduleFlush()
+    }
+
+    /// Streams received and not yet closed: being received, waiting for an answer, or having one
+    /// sent. A stream the delegate never answers stays counted until the client resets it or the
+    /// connection ends, when its slot goes with the connection.
+    public var streamsOpen: Int { slots.count - freeSlots.count }
 
     /// The highest stream the client opened so far.
     public var lastStreamID: Int32 {
@@ -280,6 +304,17 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
         }
     }
 
+    fileprivate func pingReceived(opaqueData: UnsafePointer<UInt8>) {
+        guard answersPings, let session else {
+            pingsIgnored += 1
+            return
+        }
+        pingsAnswered += 1
+        // Called inside nghttp2_session_mem_recv; the ACK goes out with the flush after it.
+        _ = nghttp2_submit_ping(session, UInt8(NGHTTP2_FLAG_ACK.rawValue), opaqueData)
+        scheduleFlush()
+    }
+
     fileprivate func streamClosed(streamID: Int32) {
         if let index = slotIndex(streamID), index < slots.count {
             freeSlots.append(index)
@@ -332,7 +367,13 @@ private let serverOnDataChunk: nghttp2_on_data_chunk_recv_callback = { _, _, str
 }
 
 private let serverOnFrameRecv: nghttp2_on_frame_recv_callback = { _, frame, userData in
-    if let frame {
+    if let frame, frame.pointee.hd.type == UInt8(NGHTTP2_PING.rawValue) {
+        if frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) == 0 {
+            withUnsafeBytes(of: frame.pointee.ping.opaque_data) { opaque in
+                withServer(userData) { $0.pingReceived(opaqueData: opaque.baseAddress!.assumingMemoryBound(to: UInt8.self)) }
+            }
+        }
+    } else if let frame {
         withServer(userData) { $0.frameReceived(type: frame.pointee.hd.type, flags: frame.pointee.hd.flags, streamID: frame.pointee.hd.stream_id) }
     }
     return 0

@@ -57,88 +57,22 @@ public enum RedisError: Error, CustomStringConvertible, Sendable, Equatable {
     case protocolError(String)
     /// Redis answered the command with an error reply (e.g. NOGROUP, WRONGTYPE).
     case server(String)
+    /// Redis refused the credentials (WRONGPASS), or wants some and got none (NOAUTH). The text is
+    /// Redis' own answer, which never repeats the password.
+    case authenticationFailed(String)
+    /// The Redis URL (or host and port) cannot be used; says which part, never the password.
+    case invalidURL(String)
 
     public var description: String {
         switch self {
+        case .authenticationFailed(let message):
+            return "Redis refused authentication: \(message)"
+        case .invalidURL(let message): return "invalid Redis URL: \(message)"
         case .connectFailed(let message): return "cannot connect to Redis: \(message)"
         case .connectionLost(let message): return "lost the connection to Redis: \(message)"
         case .protocolError(let message): return "Redis protocol error: \(message)"
         case .server(let message): return "Redis error: \(message)"
         }
-    }
-}
-
-/// Where Redis is: parsed from `redis://[user[:password]@]host[:port][/db]`.
-public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
-    public var host: String
-    public var port: Int
-    public var user: String?
-    public var password: String?
-    public var database: Int
-
-    public init(host: String = "127.0.0.1", port: Int = 6379, user: String? = nil, password: String? = nil, database: Int = 0) {
-        self.host = host
-        self.port = port
-        self.user = user
-        self.password = password
-        self.database = database
-    }
-
-    public init(url: String) throws(RedisError) {
-        guard url.hasPrefix("redis://") else {
-            throw .connectFailed("the Redis URL must look like redis://[user[:password]@]host[:port][/db], got \(RedisEndpoint.redact(url))")
-        }
-        var rest = Substring(url.dropFirst("redis://".count))
-        var database = 0
-        if let slash = rest.firstIndex(of: "/") {
-            let dbText = rest[rest.index(after: slash)...]
-            if !dbText.isEmpty {
-                guard let value = Int(dbText), value >= 0 else { throw .connectFailed("the database in the Redis URL must be a number, got \(dbText)") }
-                database = value
-            }
-            rest = rest[..<slash]
-        }
-        var user: String? = nil
-        var password: String? = nil
-        if let at = rest.lastIndex(of: "@") {
-            let credentials = rest[..<at]
-            rest = rest[rest.index(after: at)...]
-            if let colon = credentials.firstIndex(of: ":") {
-                let name = credentials[..<colon]
-                user = name.isEmpty ? nil : String(name)
-                password = String(credentials[credentials.index(after: colon)...])
-            } else {
-                password = String(credentials)
-            }
-        }
-        var host = String(rest)
-        var port = 6379
-        if host.hasPrefix("[") , let close = host.firstIndex(of: "]") {
-            let after = host[host.index(after: close)...]
-            let inner = String(host[host.index(after: host.startIndex)..<close])
-            if after.hasPrefix(":") {
-                guard let value = Int(after.dropFirst()) else { throw .connectFailed("bad port in the Redis URL") }
-                port = value
-            }
-            host = inner
-        } else if let colon = host.lastIndex(of: ":") {
-            guard let value = Int(host[host.index(after: colon)...]) else { throw .connectFailed("bad port in the Redis URL") }
-            port = value
-            host = String(host[..<colon])
-        }
-        if host.isEmpty { host = "127.0.0.1" }
-        self.init(host: host, port: port, user: user, password: password, database: database)
-    }
-
-    /// The URL with its password hidden, for logs.
-    public var description: String {
-        let credentials = password == nil ? "" : "\(user ?? ""):***@"
-        return "redis://\(credentials)\(host):\(port)/\(database)"
-    }
-
-    static func redact(_ url: String) -> String {
-        guard let at = url.lastIndex(of: "@") else { return url }
-        return "redis://***" + url[at...]
     }
 }
 
@@ -187,6 +121,10 @@ public final class RedisConnection: IOHandler, TickObserver {
     private var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
     private var closed = false
     private var connectTimer: EventLoop.TimerID?
+    /// Whether `connect()` ran (a connection connects once).
+    private var started = false
+    /// Handshake commands (AUTH, SELECT or PING) not yet answered.
+    private var handshakeReplies = 0
 
     public init(loop: EventLoop, endpoint: RedisEndpoint) {
         self.loop = loop
@@ -199,37 +137,98 @@ public final class RedisConnection: IOHandler, TickObserver {
         if fd >= 0 { Glibc.close(fd) }
     }
 
-    /// Starts connecting; AUTH and SELECT are pipelined ahead of anything sent meanwhile.
+    /// Starts connecting; AUTH and SELECT (or a PING when neither is needed) are pipelined ahead
+    /// of anything sent meanwhile, and the connection is ready only once Redis answered them.
+    ///
+    /// A failure here (a name that does not resolve, no descriptor left) reaches the delegate on
+    /// the next loop turn, never from inside this call. A connection connects once: calling this
+    /// again, or after `close()`, does nothing.
     public func connect() {
-        precondition(fd < 0 && !closed, "a RedisConnection connects once; make a new one to reconnect")
+        guard fd < 0, !closed, !started else { return }
+        started = true
+        // The handshake goes first, whatever callers send before the connection is ready.
+        let queued = output
+        output.removeAll(keepingCapacity: true)
+        let queuedCompletions = completions
+        completions.removeAll(keepingCapacity: true)
+        queueHandshake()
+        output.append(contentsOf: queued)
+        completions.append(contentsOf: queuedCompletions)
+        connectTimer = loop.schedule(afterMilliseconds: connectTimeoutMilliseconds) { [weak self] in
+            guard let self, !self.isReady, !self.closed else { return }
+            self.fail(.connectFailed("\(self.endpoint): no answer within \(self.connectTimeoutMilliseconds) ms"))
+        }
+        if let problem = RedisEndpoint.problem(withHost: endpoint.host) {
+            failSoon(.invalidURL(problem))
+            return
+        }
+        guard (1...65535).contains(endpoint.port) else {
+            failSoon(.invalidURL("the Redis port must be 1 to 65535, not \(endpoint.port)"))
+            return
+        }
         do {
             fd = try Socket.startConnect(host: endpoint.host, port: endpoint.port)
             try loop.register(fd, handler: self, interest: [.read, .write])
         } catch {
-            fail(.connectFailed("\(endpoint): \(error)"))
+            if fd >= 0 { Glibc.close(fd); fd = -1 }
+            failSoon(.connectFailed("\(endpoint): \(error)"))
             return
         }
         reader = RedisReplyTape.makeReader(for: tape)
         connecting = true
-        connectTimer = loop.schedule(afterMilliseconds: 5_000) { [weak self] in
-            guard let self, self.connecting else { return }
-            self.fail(.connectFailed("\(self.endpoint): timed out"))
-        }
+    }
+
+    /// How long connecting and the handshake may take before the attempt counts as failed.
+    public var connectTimeoutMilliseconds: Int64 = 5_000
+
+    /// AUTH and SELECT as the endpoint asks, else PING: each answer is checked, and the last one
+    /// makes the connection ready. A Redis that wants a password and got none says NOAUTH to
+    /// whichever comes first.
+    private func queueHandshake() {
         if let password = endpoint.password {
             let arguments: [String] = endpoint.user.map { ["AUTH", $0, password] } ?? ["AUTH", password]
-            send(arguments) { [weak self] result in
-                if case .success(.error(let message)) = result {
-                    self?.fail(.connectFailed("authentication failed: \(message)"))
-                }
-            }
+            handshakeReplies += 1
+            send(arguments) { [weak self] result in self?.handshakeAnswered(result, command: "AUTH") }
         }
         if endpoint.database != 0 {
-            send(["SELECT", String(endpoint.database)]) { [weak self] result in
-                if case .success(.error(let message)) = result {
-                    self?.fail(.connectFailed("SELECT \(self?.endpoint.database ?? 0) failed: \(message)"))
-                }
-            }
+            handshakeReplies += 1
+            send(["SELECT", String(endpoint.database)]) { [weak self] result in self?.handshakeAnswered(result, command: "SELECT") }
         }
+        if handshakeReplies == 0 {
+            handshakeReplies = 1
+            send(["PING"]) { [weak self] result in self?.handshakeAnswered(result, command: "PING") }
+        }
+    }
+
+    private func handshakeAnswered(_ result: Result<RedisReply, RedisError>, command: String) {
+        guard !closed else { return }
+        switch result {
+        case .success(.error(let message)):
+            if command == "AUTH" || message.hasPrefix("NOAUTH") || message.hasPrefix("WRONGPASS") {
+                fail(.authenticationFailed(message))
+            } else if command == "SELECT" {
+                fail(.connectFailed("SELECT \(endpoint.database) failed: \(message)"))
+            } else {
+                fail(.connectFailed("\(command) failed: \(message)"))
+            }
+        case .success:
+            handshakeReplies -= 1
+            if handshakeReplies == 0 {
+                if let connectTimer { loop.cancel(connectTimer) }
+                connectTimer = nil
+                isReady = true
+                delegate?.redisConnectionIsReady(self)
+            }
+        case .failure:
+            break  // fail() already told the delegate
+        }
+    }
+
+    /// Fails on the next loop turn, so that the delegate never hears of it inside `connect()`
+    /// (the worker replaces both of its connections when one fails, while it is still connecting
+    /// the second).
+    private func failSoon(_ error: RedisError) {
+        loop.schedule(afterMilliseconds: 0) { [weak self] in self?.fail(error) }
     }
 
     /// Closes the connection; pending completions get `.connectionLost`.
@@ -400,11 +399,9 @@ public final class RedisConnection: IOHandler, TickObserver {
                 fail(.connectFailed("\(endpoint): \(String(cString: strerror(error)))"))
                 return
             }
+            // Connected; ready once the handshake is answered (`handshakeAnswered`).
             connecting = false
-            if let connectTimer { loop.cancel(connectTimer) }
-            isReady = true
             flush()
-            delegate?.redisConnectionIsReady(self)
             return
         }
         flush()
@@ -478,6 +475,7 @@ public final class RedisConnection: IOHandler, TickObserver {
         isReady = false
         connecting = false
         if let connectTimer { loop.cancel(connectTimer) }
+        connectTimer = nil
         if fd >= 0 {
             loop.deregister(fd)
             Glibc.close(fd)

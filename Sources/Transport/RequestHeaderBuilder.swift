@@ -12,7 +12,7 @@ import CNGHTTP2
 @_spi(Benchmarks)
 public final class RequestHeaderBuilder {
     private let scratch: UnsafeMutablePointer<UInt8>
-    private let scratchCapacity = 16 * 1024
+    private let scratchCapacity = RequestHeaderBuilder.capacity
     private let nva: UnsafeMutablePointer<nghttp2_nv>
     private let nvaCapacity = 12
     private let names: UnsafeMutablePointer<UInt8>
@@ -58,11 +58,17 @@ public final class RequestHeaderBuilder {
         names.deallocate()
     }
 
+    /// The most header bytes (values) one request may carry; a request needing more is never sent.
+    public static let capacity = 16 * 1024
+
     /// Calls `body` with the header list for `notification`; the pointers are valid only inside it.
+    /// Returns nil, without calling `body`, when the values do not fit in `capacity` bytes: a
+    /// request is never sent with a header cut short (a cut `authorization` header would make APNs
+    /// reject the app's credentials for one notification's fault).
     public func withHeaders<R>(
         for notification: Notification, authorization: [UInt8]?,
         _ body: (UnsafePointer<nghttp2_nv>, Int) -> R
-    ) -> R {
+    ) -> R? {
         var writer = Writer(base: scratch, capacity: scratchCapacity)
         var count = 0
         let nameOffsets = nameRangesInOrder
@@ -99,22 +105,28 @@ public final class RequestHeaderBuilder {
             add(9, writer.append(apnsID), noIndex: true)
         }
         if let authorization { add(10, writer.append(bytes: authorization)) }
+        if writer.overflowed { return nil }
         return body(nva, count)
     }
 
     private lazy var nameRangesInOrder: [(Int, Int)] = Name.allCases.map { nameRanges[$0]! }
 
-    /// Appends bytes to the scratch area and returns where they landed.
+    /// Appends bytes to the scratch area and returns where they landed. A value that does not fit
+    /// is not written at all and sets `overflowed`.
     struct Writer {
         let base: UnsafeMutablePointer<UInt8>
         let capacity: Int
         var position = 0
+        var overflowed = false
 
         mutating func append(bytes: UnsafeBufferPointer<UInt8>) -> Range<Int> {
             let start = position
-            let count = min(bytes.count, capacity - position)
-            if count > 0 { (base + position).update(from: bytes.baseAddress!, count: count) }
-            position += count
+            guard bytes.count <= capacity - position else {
+                overflowed = true
+                return start..<start
+            }
+            if bytes.count > 0 { (base + position).update(from: bytes.baseAddress!, count: bytes.count) }
+            position += bytes.count
             return start..<position
         }
 
@@ -133,7 +145,7 @@ public final class RequestHeaderBuilder {
 
         mutating func append(uuid bits: UUIDBits) -> Range<Int> {
             let start = position
-            guard capacity - position >= 36 else { return start..<start }
+            guard capacity - position >= 36 else { overflowed = true; return start..<start }
             UUIDString.write(bits, into: base + position)
             position += 36
             return start..<position
@@ -141,6 +153,7 @@ public final class RequestHeaderBuilder {
 
         mutating func append(integer: Int64) -> Range<Int> {
             let start = position
+            guard capacity - position >= 20 else { overflowed = true; return start..<start }
             var value = integer.magnitude
             var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
                          UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =

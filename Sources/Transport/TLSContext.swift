@@ -13,6 +13,8 @@ public enum TLSError: Error, CustomStringConvertible, Sendable {
     case configuration(OpenSSLError)
     /// The peer closed the connection during the handshake.
     case closedDuringHandshake(host: String)
+    /// The host name cannot be sent as the server name (SNI) or checked against the certificate.
+    case invalidHostName(host: String, reason: String)
 
     public var description: String {
         switch self {
@@ -26,6 +28,9 @@ public enum TLSError: Error, CustomStringConvertible, Sendable {
             return "TLS configuration error: \(error)"
         case .closedDuringHandshake(let host):
             return "\(host) closed the connection during the TLS handshake"
+        case .invalidHostName(let host, let reason):
+            let shown = host.count > 64 ? String(host.prefix(64)) + "…" : host
+            return "cannot use '\(shown)' as the TLS host name: \(reason)"
         }
     }
 }

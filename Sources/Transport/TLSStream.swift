@@ -30,23 +30,45 @@ final class TLSStream {
         }
         self.ssl = ssl
         self.host = host
-        SSL_set_fd(ssl, fd)
+        if SSL_set_fd(ssl, fd) != 1 {
+            throw .configuration(OpenSSLError(operation: "binding the TLS session to its socket"))
+        }
         if context.isServer {
             SSL_set_accept_state(ssl)
         } else {
             SSL_set_connect_state(ssl)
+            // OpenSSL takes an empty name as "check no name": verification would pass for any
+            // certificate the CA signed. A NUL would cut the name short the same way.
+            guard !host.isEmpty, !host.utf8.contains(0) else {
+                throw .invalidHostName(host: host, reason: "a TLS peer needs a non-empty host name without NUL bytes")
+            }
             // SNI only for names, never for IP literals (RFC 6066); host-name or IP checked either way.
             if TLSStream.isIPAddress(host) {
                 if X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host) != 1 {
                     throw .configuration(OpenSSLError(operation: "setting the expected IP address \(host)"))
                 }
             } else {
-                _ = herald_SSL_set_tlsext_host_name(ssl, host)
+                // Without SNI a server with several certificates may present the wrong one, and
+                // the handshake would fail later with a misleading verification error.
+                if herald_SSL_set_tlsext_host_name(ssl, host) != 1 {
+                    let stack = OpenSSLError(operation: "setting the TLS server name (SNI)")
+                    throw .invalidHostName(host: host, reason: "OpenSSL refused it as the TLS server name (SNI): \(stack)")
+                }
                 if SSL_set1_host(ssl, host) != 1 {
                     throw .configuration(OpenSSLError(operation: "setting the expected host name \(host)"))
                 }
             }
+            // Host-name (or IP) checking rides on peer verification: make sure both are on.
+            guard SSL_get_verify_mode(ssl) & SSL_VERIFY_PEER != 0 else {
+                throw .invalidHostName(host: host, reason: "peer verification is off for this TLS session")
+            }
         }
+    }
+
+    /// The host name the peer's certificate must match, as OpenSSL holds it (nil for an IP
+    /// address, checked as one instead).
+    var checkedHostName: String? {
+        X509_VERIFY_PARAM_get0_host(SSL_get0_param(ssl), 0).map { String(cString: $0) }
     }
 
     deinit {

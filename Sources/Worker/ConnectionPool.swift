@@ -17,8 +17,17 @@ public struct PoolConfiguration: Sendable {
     public var clientCertificate: ClientCertificate?
     /// How often token bindings and liveness are re-checked.
     public var maintenanceIntervalMilliseconds: Int64 = 1_000
-    /// Immediate resends on another connection after 500/503/resets before the caller decides.
-    public var immediateRetries = 2
+    /// How long a stream may wait for its answer before it is reset (`--response-timeout`).
+    public var responseTimeoutMilliseconds: Int64 = 30_000
+    /// 5xx answers in a row on one connection (no success between) after which it is replaced,
+    /// as a failure. A single 500 or 503 leaves the connection up: closing on each one turns a
+    /// low error rate into a reconnect storm. Answers arrive in bursts, so a short run of 5xx
+    /// says little; 32 in a row (one in 10^22 at a 20 % error rate) says the server is down.
+    public var serverErrorsBeforeReconnect = 32
+    /// The first wait before a halted app (credentials refused) is probed again; it doubles after
+    /// each refused probe, up to `maximumProbeIntervalMilliseconds`.
+    public var firstProbeDelayMilliseconds: Int64 = 15_000
+    public var maximumProbeIntervalMilliseconds: Int64 = 600_000
 
     public init(host: String, port: Int = 443, connections: Int = 4, maxStreams: Int = 1000, caFile: String? = nil) {
         self.host = host
@@ -34,32 +43,64 @@ public struct PoolConfiguration: Sendable {
 
 /// Hears the final outcome of every request handed to a `ConnectionPool`, on the pool's loop.
 public protocol ConnectionPoolDelegate: AnyObject {
-    /// `request` reached an outcome the pool does not handle itself.
+    /// `request` reached an outcome the pool does not handle itself (`attempts` counted).
     func pool(_ pool: ConnectionPool, completed request: PendingRequest, outcome: DeliveryOutcome)
     /// Stream slots became free: the caller may hand over more requests.
     func poolHasFreeSlots(_ pool: ConnectionPool)
-    /// APNs refused the app's credentials: the pool stopped sending until `resume()`.
+    /// APNs refused the app's credentials on a fresh connection with a fresh token too: the pool
+    /// stopped sending, and probes again by itself.
     func pool(_ pool: ConnectionPool, stoppedSending reason: String)
+    /// A halted pool is probing: it takes requests again, one at a time until APNs accepts one.
+    func poolResumedSending(_ pool: ConnectionPool)
 }
+
+extension ConnectionPoolDelegate {
+    public func poolResumedSending(_ pool: ConnectionPool) {}
+}
+
+/// Reloads an app's credentials from their files before a halted pool probes again, so fixing a
+/// key file needs no restart. Returns the new signer (token authentication), or nil to keep the
+/// current one.
+public typealias CredentialsReloader = () throws -> ProviderTokenSigner?
 
 /// N HTTP/2 connections to one APNs host for one set of credentials (team and key).
 ///
 /// Each request goes to the connection with the most free stream slots. `freeSlots` is what the
 /// caller may still hand over, so a caller that reads only that many jobs keeps memory bounded.
-/// The pool resends on its own what APNs never processed (GOAWAY above `last_stream_id`, refused
-/// streams, streams of a dropped connection that were never sent) without counting an attempt,
-/// resends once after 403 ExpiredProviderToken with a fresh token, and retries 500/503/resets on
-/// another connection a few times; every other outcome goes to its delegate. Connections that
-/// close are replaced after an exponential backoff with jitter (1 s to 60 s). Loop-confined.
+///
+/// The pool resends on its own only what costs no attempt: what APNs never processed (GOAWAY
+/// above `last_stream_id`, refused streams, streams of a dropped connection that were never sent)
+/// and a request answered 403 ExpiredProviderToken, with a fresh token. Every other outcome, 5xx,
+/// resets and response timeouts included, goes to the delegate with `attempts` counted: the
+/// delegate's retry policy decides what happens next.
+///
+/// Connections: one that receives GOAWAY after delivering is replaced at once while it finishes
+/// its streams ("retiring"); one that failed is replaced after an exponential backoff with jitter
+/// (1 s to 60 s), so Herald never opens and closes in a loop; `serverErrorsBeforeReconnect` 5xx in
+/// a row replace a connection as a failure.
+///
+/// Credentials: a 403 that blames them (InvalidProviderToken, BadCertificate, …) on one request
+/// makes them suspect, not dead: that connection is replaced by a fresh one carrying a freshly
+/// minted token, while the others keep sending. Only a rejection on such a fresh connection halts
+/// the app (`stoppedReason`; the delegate hears it). A halted pool reloads its credentials
+/// (`credentialsReloader`) and probes with one request after a backoff (15 s doubling to 10 min),
+/// and resumes when APNs accepts it. Loop-confined.
 public final class ConnectionPool: APNsConnectionDelegate {
     public let loop: EventLoop
     public let configuration: PoolConfiguration
     public weak var delegate: (any ConnectionPoolDelegate)?
     public let tokens: ProviderTokenSource?
+    /// Reloads the key or certificate before each probe of a halted pool.
+    public var credentialsReloader: CredentialsReloader?
     private let tlsContext: TLSContext
     private var logger: Logger
 
     private var members: [Member]
+    /// Connections that got GOAWAY (or were retired) and finish their streams; their member slot
+    /// already holds a replacement.
+    private var retiring: [APNsConnection] = []
+    /// The credential epoch each live connection was opened in (see `isFresh`).
+    private var epochs: [ObjectIdentifier: Int] = [:]
     /// Requests waiting for a slot because the pool itself must resend them.
     private var resendQueue: [PendingRequest] = []
     private var resendHead = 0
@@ -69,6 +110,30 @@ public final class ConnectionPool: APNsConnectionDelegate {
     private var running = false
     private var notifyingSlots = false
 
+    private var credentials = Credentials.trusted
+    private var credentialEpoch = 0
+    /// The token generation minted when the current suspicion (or probe) began.
+    private var suspicionTokenGeneration: UInt64 = 0
+    private var lastSuspicionMintAt: Int64 = -1_000_000
+    private var probeTimer: EventLoop.TimerID?
+    private var refusedProbes = 0
+    /// Credential rejections on fresh connections since the suspicion began, none accepted.
+    private var freshRejections = 0
+    /// Fresh-connection rejections (with none accepted) that halt the app: more than one, so a
+    /// single odd 403 on a fresh connection cannot halt it either.
+    public static let freshRejectionsToHalt = 3
+
+    enum Credentials: Equatable {
+        /// APNs accepts them (or nothing says otherwise).
+        case trusted
+        /// One rejection: a fresh connection with a fresh token decides.
+        case suspect
+        /// Rejected on a fresh connection too: nothing is sent until a probe.
+        case halted
+        /// A halted pool trying again: one request in flight until APNs accepts one.
+        case probing
+    }
+
     /// Connection events since start, for metrics and tests.
     public private(set) var connectionsOpened = 0
     public private(set) var connectionFailures = 0
@@ -76,9 +141,14 @@ public final class ConnectionPool: APNsConnectionDelegate {
     public private(set) var connectionResets = 0
     public private(set) var pingTimeouts = 0
     public private(set) var resends = 0
+    /// 5xx answers, response timeouts, credential suspicions and halts since start.
+    public private(set) var serverErrors = 0
+    public private(set) var responseTimeouts = 0
+    public private(set) var credentialSuspicions = 0
+    public private(set) var halts = 0
     /// Why the last connection that never became ready failed (for "cannot reach APNs" messages).
     public private(set) var lastConnectionError: ConnectionError?
-    /// Every APNs answer, including those the pool retried itself: 200s, and the rest by "status reason".
+    /// Every APNs answer, including those the pool resent itself: 200s, and the rest by "status reason".
     public private(set) var acceptedResponses = 0
     public private(set) var otherResponses: [String: Int] = [:]
     /// Stream open to response, for every answered request.
@@ -92,6 +162,7 @@ public final class ConnectionPool: APNsConnectionDelegate {
         var consecutiveFailures = 0
         var reconnectTimer: EventLoop.TimerID?
         var acceptedSinceConnect = false
+        var serverErrorsInARow = 0
     }
 
     public init(loop: EventLoop, configuration: PoolConfiguration, tokens: ProviderTokenSource?, logger: Logger) throws(TLSError) {
@@ -114,28 +185,37 @@ public final class ConnectionPool: APNsConnectionDelegate {
     /// Closes every connection; requests in flight come back as retryable outcomes.
     public func stop() {
         running = false
-        if let maintenanceTimer { loop.cancel(maintenanceTimer) }
-        for index in members.indices {
-            if let timer = members[index].reconnectTimer { loop.cancel(timer) }
-            members[index].connection?.close()
-        }
+        cancelTimers()
+        for index in members.indices { members[index].connection?.close() }
+        for connection in retiring { connection.close() }
     }
 
     /// Stops taking new requests and lets every connection finish what it holds (for draining).
     public func shutdownGracefully() {
         running = false
+        cancelTimers()
+        for index in members.indices { members[index].connection?.shutdownGracefully() }
+    }
+
+    private func cancelTimers() {
         if let maintenanceTimer { loop.cancel(maintenanceTimer) }
+        if let probeTimer { loop.cancel(probeTimer) }
+        probeTimer = nil
         for index in members.indices {
             if let timer = members[index].reconnectTimer { loop.cancel(timer) }
-            members[index].connection?.shutdownGracefully()
+            members[index].reconnectTimer = nil
         }
     }
 
-    /// Sends again after credentials were fixed (e.g. a new key was loaded).
+    /// Probes a halted pool now instead of at its next scheduled probe.
     public func resume() {
-        stoppedReason = nil
-        dispatchResends()
+        guard running, credentials == .halted else { return }
+        if let probeTimer { loop.cancel(probeTimer) }
+        probe()
     }
+
+    /// Whether APNs refused this app's credentials on a fresh connection too (nothing is sent).
+    public var isHalted: Bool { credentials == .halted }
 
     // MARK: capacity
 
@@ -144,6 +224,10 @@ public final class ConnectionPool: APNsConnectionDelegate {
         if stoppedReason != nil { return 0 }
         var total = 0
         for member in members { total += member.connection?.streamSlots ?? 0 }
+        if credentials == .probing {
+            // One notification tells whether APNs takes the credentials again.
+            total = min(total, inFlight == 0 ? 1 : 0)
+        }
         return max(0, total - (resendQueue.count - resendHead))
     }
 
@@ -151,6 +235,7 @@ public final class ConnectionPool: APNsConnectionDelegate {
     public var inFlight: Int {
         var total = resendQueue.count - resendHead
         for member in members { total += member.connection?.inFlight ?? 0 }
+        for connection in retiring { total += connection.inFlight }
         return total
     }
 
@@ -158,8 +243,8 @@ public final class ConnectionPool: APNsConnectionDelegate {
         members.reduce(0) { $0 + ($1.connection?.state == .ready ? 1 : 0) }
     }
 
-    /// The pool's connections, for inspection (state, stream limits).
-    public var connections: [APNsConnection] { members.compactMap(\.connection) }
+    /// The pool's connections, for inspection (state, stream limits): the members, then those retiring.
+    public var connections: [APNsConnection] { members.compactMap(\.connection) + retiring }
 
     // MARK: sending
 
@@ -167,15 +252,15 @@ public final class ConnectionPool: APNsConnectionDelegate {
     /// (the caller keeps the request); check `freeSlots` first to avoid that.
     @discardableResult
     public func send(_ request: consuming PendingRequest) -> Bool {
-        guard stoppedReason == nil, let connection = bestConnection(excluding: nil) else { return false }
+        guard stoppedReason == nil, let connection = bestConnection() else { return false }
         return connection.submit(consume request)
     }
 
-    private func bestConnection(excluding excluded: APNsConnection?) -> APNsConnection? {
+    private func bestConnection() -> APNsConnection? {
         var best: APNsConnection? = nil
         var bestSlots = 0
         for member in members {
-            guard let connection = member.connection, connection !== excluded else { continue }
+            guard let connection = member.connection else { continue }
             let slots = connection.streamSlots
             if slots > bestSlots {
                 best = connection
@@ -192,7 +277,8 @@ public final class ConnectionPool: APNsConnectionDelegate {
 
     private func dispatchResends() {
         guard stoppedReason == nil else { return }
-        while resendHead < resendQueue.count, let connection = bestConnection(excluding: nil) {
+        while resendHead < resendQueue.count, let connection = bestConnection() {
+            if credentials == .probing && inFlight > resendQueue.count - resendHead { break }
             guard connection.submit(resendQueue[resendHead]) else { break }
             resendHead += 1
         }
@@ -209,16 +295,53 @@ public final class ConnectionPool: APNsConnectionDelegate {
 
     private func open(_ index: Int) {
         members[index].reconnectTimer = nil
-        guard running else { return }
+        guard running, credentials != .halted, members[index].connection == nil else { return }
         let connection = APNsConnection(
             loop: loop, host: configuration.host, port: configuration.port, tlsContext: tlsContext,
             maxStreams: configuration.maxStreams, identifier: index)
         connection.delegate = self
+        connection.responseTimeoutMilliseconds = configuration.responseTimeoutMilliseconds
         if let tokens { connection.clock = tokens.time }
         members[index].connection = connection
         members[index].acceptedSinceConnect = false
+        members[index].serverErrorsInARow = 0
+        epochs[ObjectIdentifier(connection)] = credentialEpoch
         connectionsOpened += 1
         connection.connect()
+    }
+
+    /// Moves member `index`'s connection to the retiring list (it finishes its streams and takes
+    /// nothing new) and opens its replacement: at once after a graceful end, after the member's
+    /// failure backoff otherwise.
+    private func retire(_ index: Int, failed: Bool, reason: String) {
+        guard let connection = members[index].connection else { return }
+        members[index].connection = nil
+        retiring.append(connection)
+        connection.shutdownGracefully()
+        scheduleReplacement(index, failed: failed, reason: reason)
+    }
+
+    private func scheduleReplacement(_ index: Int, failed: Bool, reason: String) {
+        guard running, credentials != .halted, members[index].reconnectTimer == nil else { return }
+        let delay: Int64
+        if failed {
+            members[index].consecutiveFailures += 1
+            connectionFailures += 1
+            delay = Backoff.reconnect.delayMilliseconds(afterFailures: members[index].consecutiveFailures, using: &random)
+        } else if retiring.count > 2 * members.count {
+            // Connections that got GOAWAY but keep their streams open: do not pile up more.
+            delay = 100 + Int64.random(in: 0...100, using: &random)
+        } else {
+            delay = 0
+        }
+        if failed {
+            logger.warning("connection replaced", metadata: ["connection": "\(index)", "reason": "\(reason)", "reconnect_ms": "\(delay)"])
+        }
+        if delay == 0 {
+            open(index)
+        } else {
+            members[index].reconnectTimer = loop.schedule(afterMilliseconds: delay) { [weak self] in self?.open(index) }
+        }
     }
 
     private func memberIndex(_ connection: APNsConnection) -> Int? {
@@ -226,17 +349,23 @@ public final class ConnectionPool: APNsConnectionDelegate {
     }
 
     public func connectionIsReady(_ connection: APNsConnection) {
-        logger.info("connection up", metadata: ["connection": "\(connection.identifier)"])
+        logger.debug("connection up", metadata: ["connection": "\(connection.identifier)"])
         if let tokens {
             do {
                 try tokens.refreshBinding(of: connection)
             } catch {
-                stopSending("could not sign a provider token: \(error)")
+                halt("could not sign a provider token: \(error)")
                 return
             }
         }
         dispatchResends()
         notifyFreeSlots()
+    }
+
+    public func connectionIsGoingAway(_ connection: APNsConnection) {
+        guard let index = memberIndex(connection) else { return }
+        // The server is closing it: a replacement opens now, while it finishes its streams.
+        retire(index, failed: !members[index].acceptedSinceConnect, reason: "GOAWAY")
     }
 
     public func connectionSlotsChanged(_ connection: APNsConnection) {
@@ -254,12 +383,15 @@ public final class ConnectionPool: APNsConnectionDelegate {
 
     public func connection(_ connection: APNsConnection, completed request: consuming PendingRequest, outcome: DeliveryOutcome) {
         recordResponse(request, outcome)
+        let index = memberIndex(connection)
         switch outcome {
         case .accepted:
-            if let index = memberIndex(connection) {
+            if let index {
                 members[index].acceptedSinceConnect = true
                 members[index].consecutiveFailures = 0
+                members[index].serverErrorsInARow = 0
             }
+            if credentials != .trusted, isFresh(connection) { credentialsAccepted() }
             request.attempts += 1
         case .retryOnAnotherConnection(let cause):
             if !cause.countsAsAttempt {
@@ -268,33 +400,159 @@ public final class ConnectionPool: APNsConnectionDelegate {
                 return
             }
             request.attempts += 1
-            if case .status(let status, _) = cause, status >= 500 {
-                // The server is going away or overloaded: this connection takes nothing new.
-                logger.warning("APNs answered \(status); reconnecting this connection after backoff",
-                               metadata: ["connection": "\(connection.identifier)"])
-                connection.shutdownGracefully()
-            }
-            if request.attempts <= configuration.immediateRetries, running, readyConnections > 0 {
-                enqueueResend(request)
-                return
+            switch cause {
+            case .status(let status, _) where status >= 500:
+                serverErrors += 1
+                if let index {
+                    members[index].serverErrorsInARow += 1
+                    if members[index].serverErrorsInARow >= configuration.serverErrorsBeforeReconnect {
+                        retire(index, failed: true, reason: "\(members[index].serverErrorsInARow) answers \(status) in a row")
+                    }
+                }
+            case .responseTimeout:
+                responseTimeouts += 1
+            default:
+                break
             }
         case .refreshProviderToken:
-            request.attempts += 1
-            if let tokens, request.attempts <= 1 + configuration.immediateRetries {
+            // A credential fault, not the notification's: no attempt is spent.
+            if let tokens {
+                let before = connection.tokenGeneration
                 do {
                     try tokens.replaceExpiredToken(on: connection)
+                } catch {
+                    halt("could not sign a provider token: \(error)")
+                }
+                if credentials != .halted && connection.tokenGeneration != before {
                     enqueueResend(request)
                     return
-                } catch {
-                    stopSending("could not sign a provider token: \(error)")
                 }
             }
+            // The token is too young to have expired: the clock (or the key) is wrong.
+            credentialsRejected(on: connection, status: 403, reason: .expiredProviderToken)
+            delegate?.pool(self, completed: request, outcome: .credentialsRejected(status: 403, reason: .expiredProviderToken))
+            return
         case .credentialsRejected(let status, let reason):
-            stopSending("APNs rejected the credentials (\(status) \(reason?.rawValue ?? "no reason")); fix the key, team or topic and restart")
+            credentialsRejected(on: connection, status: status, reason: reason)
         default:
             request.attempts += 1
         }
         delegate?.pool(self, completed: request, outcome: outcome)
+    }
+
+    // MARK: credentials
+
+    /// Whether `connection` was opened since the current suspicion (or probe) began, with a token
+    /// minted since then: only its answers judge the credentials.
+    private func isFresh(_ connection: APNsConnection) -> Bool {
+        guard epochs[ObjectIdentifier(connection)] == credentialEpoch else { return false }
+        return tokens == nil || connection.tokenGeneration >= suspicionTokenGeneration
+    }
+
+    private func credentialsRejected(on connection: APNsConnection, status: Int, reason: APNsReason?) {
+        let word = "\(status) \(reason?.rawValue ?? "no reason")"
+        switch credentials {
+        case .halted:
+            return
+        case .trusted:
+            beginSuspicion(connection, word: word)
+        case .suspect, .probing:
+            guard isFresh(connection) else { return }
+            freshRejections += 1
+            if credentials == .probing || freshRejections >= ConnectionPool.freshRejectionsToHalt {
+                halt("APNs rejected the credentials (\(word)) on a fresh connection with a fresh token; fix the key, team, topic or clock: Herald probes again by itself")
+            }
+        }
+    }
+
+    /// One rejection: that connection is replaced by a fresh one carrying a freshly minted token;
+    /// the other connections keep sending.
+    private func beginSuspicion(_ connection: APNsConnection, word: String) {
+        credentials = .suspect
+        credentialSuspicions += 1
+        credentialEpoch += 1
+        freshRejections = 0
+        logger.warning("APNs rejected the credentials on one connection; checking them on a fresh connection with a fresh token",
+                       metadata: ["connection": "\(connection.identifier)", "answer": "\(word)"])
+        mintForFreshConnections()
+        if credentials == .suspect, let index = memberIndex(connection) {
+            retire(index, failed: false, reason: "credentials rejected (\(word))")
+        }
+    }
+
+    /// A token minted now for the connections opened from here on (at most one a minute, so a
+    /// flood of rejections cannot make Herald mint in a loop).
+    private func mintForFreshConnections() {
+        guard let tokens else { return }
+        if loop.now - lastSuspicionMintAt >= 60_000 || tokens.current == nil {
+            do {
+                try tokens.mint()
+                lastSuspicionMintAt = loop.now
+            } catch {
+                halt("could not sign a provider token: \(error)")
+                return
+            }
+        }
+        suspicionTokenGeneration = tokens.current?.generation ?? 0
+    }
+
+    private func credentialsAccepted() {
+        if credentials == .probing {
+            logger.notice("APNs accepts the credentials again; sending resumed", metadata: ["refused_probes": "\(refusedProbes)"])
+        } else {
+            logger.info("APNs accepted the credentials on a fresh connection; the rejection was not the app's")
+        }
+        credentials = .trusted
+        refusedProbes = 0
+        freshRejections = 0
+        notifyFreeSlots()
+    }
+
+    /// Stops sending for this app: every connection retires, nothing is sent until a probe.
+    private func halt(_ reason: String) {
+        guard credentials != .halted else { return }
+        if credentials == .probing { refusedProbes += 1 }
+        credentials = .halted
+        stoppedReason = reason
+        halts += 1
+        let doublings = Int64(min(max(refusedProbes - 1, 0), 16))
+        let delay = min(configuration.maximumProbeIntervalMilliseconds, configuration.firstProbeDelayMilliseconds << doublings)
+        logger.critical("stopped sending for this app", metadata: ["reason": "\(reason)", "next_probe_ms": "\(delay)"])
+        for index in members.indices {
+            if let timer = members[index].reconnectTimer { loop.cancel(timer) }
+            members[index].reconnectTimer = nil
+            if members[index].connection != nil { retire(index, failed: false, reason: "credentials refused") }
+        }
+        if let probeTimer { loop.cancel(probeTimer) }
+        probeTimer = loop.schedule(afterMilliseconds: delay) { [weak self] in
+            guard let self, self.running, self.credentials == .halted else { return }
+            self.probe()
+        }
+        delegate?.pool(self, stoppedSending: reason)
+    }
+
+    /// Reloads the credentials, opens fresh connections with a fresh token and lets one request
+    /// through; its answer decides (`credentialsAccepted`, or `halt` again with a longer wait).
+    private func probe() {
+        probeTimer = nil
+        credentials = .probing
+        if let credentialsReloader {
+            do {
+                if let signer = try credentialsReloader(), let tokens { tokens.replaceSigner(signer) }
+            } catch {
+                // The file is still broken: stay halted and look again later.
+                halt("cannot reload the app's credentials: \(error)")
+                return
+            }
+        }
+        credentialEpoch += 1
+        lastSuspicionMintAt = -1_000_000
+        mintForFreshConnections()
+        guard credentials == .probing else { return }
+        stoppedReason = nil
+        logger.info("probing APNs with the app's credentials", metadata: ["refused_probes": "\(refusedProbes)"])
+        for index in members.indices where members[index].connection == nil { open(index) }
+        delegate?.poolResumedSending(self)
     }
 
     private func recordResponse(_ request: PendingRequest, _ outcome: DeliveryOutcome) {
@@ -319,49 +577,43 @@ public final class ConnectionPool: APNsConnectionDelegate {
         case .retryOnAnotherConnection: return  // no answer: a transport event, counted with the connection
         }
         requestDuration.record(milliseconds: loop.now - request.submittedAt)
-        otherResponses["\(status) \(reason)", default: 0] += 1
+        otherResponses[APNsReason.countingKey(status: status, reason: reason), default: 0] += 1
     }
 
     public func connectionClosed(_ connection: APNsConnection, error: ConnectionError?) {
-        guard let index = memberIndex(connection) else { return }
-        members[index].connection = nil
+        epochs[ObjectIdentifier(connection)] = nil
         switch error {
         case .goAway: goAwaysReceived += 1
         case .closedByPeer, .protocolError: connectionResets += 1
         case .pingUnanswered: pingTimeouts += 1
         default: break
         }
+        if let position = retiring.firstIndex(where: { $0 === connection }) {
+            // Its member slot was refilled when it began retiring.
+            retiring.remove(at: position)
+            dispatchResends()
+            notifyFreeSlots()
+            return
+        }
+        guard let index = memberIndex(connection) else { return }
+        members[index].connection = nil
         let graceful = members[index].acceptedSinceConnect
-        if !graceful {
-            members[index].consecutiveFailures += 1
-            connectionFailures += 1
-            if let error { lastConnectionError = error }
-        }
-        guard running else { return }
-        // A connection that delivered before it closed comes back quickly; one that failed to
-        // deliver anything backs off from 1 s to 60 s, so Herald never opens and closes in a loop.
-        let delay: Int64
+        if !graceful, let error { lastConnectionError = error }
+        guard running, credentials != .halted else { return }
         if graceful {
-            delay = 50 + Int64.random(in: 0...150, using: &random)
+            // A connection that delivered before it closed comes back quickly.
+            let delay = 50 + Int64.random(in: 0...150, using: &random)
+            logger.info("connection down", metadata: [
+                "connection": "\(connection.identifier)", "error": "\(error.map { "\($0)" } ?? "closed")", "reconnect_ms": "\(delay)",
+            ])
+            members[index].reconnectTimer = loop.schedule(afterMilliseconds: delay) { [weak self] in self?.open(index) }
         } else {
-            delay = Backoff.reconnect.delayMilliseconds(afterFailures: members[index].consecutiveFailures, using: &random)
+            scheduleReplacement(index, failed: true, reason: error.map { "\($0)" } ?? "closed")
         }
-        logger.warning("connection down", metadata: [
-            "connection": "\(connection.identifier)", "error": "\(error.map { "\($0)" } ?? "closed")",
-            "reconnect_ms": "\(delay)",
-        ])
-        members[index].reconnectTimer = loop.schedule(afterMilliseconds: delay) { [weak self] in self?.open(index) }
         dispatchResends()
     }
 
-    private func stopSending(_ reason: String) {
-        guard stoppedReason == nil else { return }
-        stoppedReason = reason
-        logger.critical("stopped sending for this app", metadata: ["reason": "\(reason)"])
-        delegate?.pool(self, stoppedSending: reason)
-    }
-
-    /// Requests the pool holds for resending but cannot send (stopped): handed back to the caller.
+    /// Requests the pool holds for resending but cannot send (halted): handed back to the caller.
     public func takeQueuedResends() -> [PendingRequest] {
         let taken = Array(resendQueue[resendHead...])
         resendQueue.removeAll()
@@ -376,7 +628,7 @@ public final class ConnectionPool: APNsConnectionDelegate {
                 for member in self.members {
                     guard let connection = member.connection, connection.state == .ready else { continue }
                     do { try tokens.refreshBinding(of: connection) } catch {
-                        self.stopSending("could not sign a provider token: \(error)")
+                        self.halt("could not sign a provider token: \(error)")
                     }
                 }
             }

@@ -19,10 +19,10 @@ public struct DeliveryPolicy: Sendable {
 
     public init() {}
 
-    public init(_ configuration: WorkerConfiguration, immediateRetries: Int) {
+    public init(_ configuration: WorkerConfiguration) {
         maxAttempts = configuration.maxAttempts
         maxDeliveries = configuration.maxDeliveries
-        self.immediateRetries = immediateRetries
+        immediateRetries = configuration.immediateRetries
     }
 }
 
@@ -223,7 +223,7 @@ public final class DeliveryRules {
             let appName = fields.first { $0.name == JobField.app }.map { String(decoding: $0.value, as: UTF8.self) }
             guard let laneIndex = laneByName[appName.flatMap { $0.isEmpty ? nil : $0 } ?? WorkerApp.defaultName] else {
                 deadLetterEntry(entry.id, fields: fields, reason: "unknown_app",
-                                message: "The job names app \"\(appName ?? "")\", which this worker is not configured for (apps: \(lanes.map(\.name).joined(separator: ", "))).",
+                                message: "The job names app \(DeadLetterText.quoted(appName ?? "")), which this worker is not configured for (apps: \(lanes.map(\.name).joined(separator: ", "))).",
                                 now: now)
                 continue
             }
@@ -384,8 +384,7 @@ public final class DeliveryRules {
         switch outcome {
         case .accepted:
             counters.accepted += 1
-            let (latency, overflow) = now.subtractingReportingOverflow(job.enqueuedAt)
-            counters.endToEndLatency.record(milliseconds: overflow ? 0 : latency)
+            counters.endToEndLatency.record(milliseconds: now.subtractingSaturating(job.enqueuedAt))
             if let collapseID = job.template.collapseID {
                 let key = DeliveryRules.collapseKey(collapseID, token)
                 if acceptedCollapse.count > 200_000 { acceptedCollapse.removeAll() }
@@ -399,7 +398,12 @@ public final class DeliveryRules {
                                                        timestamp: timestamp, job: job.origin))
         case .permanent(let status, let reason):
             let word = reason?.rawValue ?? "Status\(status)"
-            record.deadLetters.append((token, word, "APNs rejected the notification: \(status) \(word).", status, attempts))
+            if status == 0 {
+                // Herald's own verdict, before APNs saw it (e.g. headers larger than the header area).
+                record.deadLetters.append((token, word, "Herald did not send the notification: its request headers do not fit in the 16 KiB header area of a request.", 0, attempts))
+            } else {
+                record.deadLetters.append((token, word, "APNs rejected the notification: \(status) \(word).", status, attempts))
+            }
         case .retryTokenLater(let reason):
             retryLater(record, token: token, attempts: attempts, status: 429, reason: reason?.rawValue ?? "TooManyRequests",
                        delay: Backoff.tokenRetry.delayMilliseconds(afterFailures: max(1, attempts), using: &random), now: now)
@@ -435,6 +439,7 @@ public final class DeliveryRules {
         case .streamReset(let code): return (0, "StreamReset\(code)")
         case .connectionLost: return (0, "ConnectionLost")
         case .refusedStream: return (0, "RefusedStream")
+        case .responseTimeout: return (0, "ResponseTimeout")
         }
     }
 
@@ -460,8 +465,7 @@ public final class DeliveryRules {
     }
 
     private func retryLater(_ record: JobRecord, token: String, attempts: Int, status: Int, reason: String, delay: Int64, now: Int64) {
-        let (dueAt, overflow) = now.addingReportingOverflow(max(0, delay))
-        if let verdict = giveUp(record, attempts: attempts, status: status, reason: reason, dueAt: overflow ? .max : dueAt, now: now) {
+        if let verdict = giveUp(record, attempts: attempts, status: status, reason: reason, dueAt: now.addingSaturating(max(0, delay)), now: now) {
             record.deadLetters.append((token, verdict.reason, verdict.message, status, attempts))
             return
         }
@@ -488,11 +492,10 @@ public final class DeliveryRules {
     }
 
     /// Whether apns-expiration `expiration` (UNIX seconds; 0 means "now or never", not a time)
-    /// has passed by `milliseconds`. A value too large to be a time in ms never expires.
+    /// has passed by `milliseconds` (saturating: a value too large to be a time in ms is "far away").
     static func hasExpired(_ expiration: Int64?, by milliseconds: Int64) -> Bool {
         guard let expiration, expiration > 0 else { return false }
-        let (expiresAt, overflow) = expiration.multipliedReportingOverflow(by: 1000)
-        return !overflow && expiresAt <= milliseconds
+        return expiration.multipliedSaturating(by: 1000) <= milliseconds
     }
 
     static func expiredWhenReadMessage(_ expiration: Int64?) -> String {
@@ -507,8 +510,7 @@ public final class DeliveryRules {
     /// apns-expiration passes before it would be due.
     @discardableResult
     private func park(_ record: JobRecord, token: String, attempts: Int, delay: Int64, now: Int64) -> Bool {
-        let (dueAt, overflow) = now.addingReportingOverflow(max(0, delay))
-        if let expiration = record.job.template.expiration, DeliveryRules.hasExpired(expiration, by: overflow ? .max : dueAt) {
+        if let expiration = record.job.template.expiration, DeliveryRules.hasExpired(expiration, by: now.addingSaturating(max(0, delay))) {
             record.deadLetters.append((token, "expired",
                                        "The notification's apns-expiration (\(expiration)) passes before it could be sent again.", 0, attempts))
             return false
@@ -592,8 +594,8 @@ public final class DeliveryRules {
         freeJobIndices.append(index)
         counters.jobsFinished += 1
         let job = record.job
-        let (dueAt, overflow) = now.addingReportingOverflow(record.retryDelay)
-        if !record.retryTokens.isEmpty, DeliveryRules.hasExpired(job.template.expiration, by: overflow ? .max : dueAt) {
+        let dueAt = now.addingSaturating(record.retryDelay)
+        if !record.retryTokens.isEmpty, DeliveryRules.hasExpired(job.template.expiration, by: dueAt) {
             // The job ends later than its tokens were put back: its retry would now be due after its expiration.
             for token in record.retryTokens {
                 record.deadLetters.append((token, "expired",
@@ -622,7 +624,7 @@ public final class DeliveryRules {
         }
         for group in order {
             counters.deadLettered += group.tokens.count
-            counters.deadLetteredByReason[group.reason, default: 0] += group.tokens.count
+            counters.deadLetteredByReason[DeadLetterText.countingKey(reason: group.reason), default: 0] += group.tokens.count
             // Some of a fan-out job's tokens: like a retry, the letter carries the id its apns-ids
             // derive from as id_base, so a requeued letter of one token does not send the raw id.
             let idBase = job.explicitAPNsID == nil && job.apnsIDBase != job.origin ? job.apnsIDBase : nil
@@ -635,7 +637,7 @@ public final class DeliveryRules {
             counters.handedBack += record.handedBack
             let retryID = "\(job.entryID)/\(record.retryAttempts)/\(UInt32.random(in: .min ... .max, using: &random))"
             writes.append(.retry(RetryEntry(job: job, tokens: record.retryTokens, attempts: record.retryAttempts, retryID: retryID,
-                                            dueAt: overflow ? .max : dueAt)))
+                                            dueAt: dueAt)))
         }
         finishing.append(EntryOutcome(entryID: job.entryID, writes: writes))
     }
@@ -644,7 +646,7 @@ public final class DeliveryRules {
     private func deadLetterEntry(_ id: StreamEntryID, fields: [(name: String, value: [UInt8])], reason: String, message: String,
                                  now: Int64) {
         counters.deadLettered += 1
-        counters.deadLetteredByReason[reason, default: 0] += 1
+        counters.deadLetteredByReason[DeadLetterText.countingKey(reason: reason), default: 0] += 1
         counters.jobsFinished += 1
         let draft = DeadLetter.Draft(fields: fields, tokens: nil, reason: reason, message: message, status: 0, attempts: 0,
                                      failedAt: now)

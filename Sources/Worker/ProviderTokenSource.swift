@@ -32,7 +32,7 @@ public final class ProviderTokenSource {
         public let generation: UInt64
     }
 
-    private let signer: ProviderTokenSigner
+    private var signer: ProviderTokenSigner
     public let refreshIntervalMilliseconds: Int64
     public let time: TimeSource
     private let logger: Logger
@@ -49,6 +49,11 @@ public final class ProviderTokenSource {
         self.refreshIntervalMilliseconds = min(Int64(refreshMinutes) * 60_000, ProviderTokenSource.hardMaximumAgeMilliseconds)
         self.time = time
         self.logger = logger
+    }
+
+    /// Signs from now on with `signer` (a key reloaded from its file); the next token minted uses it.
+    public func replaceSigner(_ signer: ProviderTokenSigner) {
+        self.signer = signer
     }
 
     public var teamID: String { signer.teamID }

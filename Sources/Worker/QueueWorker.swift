@@ -89,7 +89,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         self.logger[metadataKey: "queue"] = "\(configuration.keys.queue)"
         self.logger[metadataKey: "consumer"] = "\(configuration.consumer)"
         var seed = SystemRandomNumberGenerator()
-        rules = DeliveryRules(policy: DeliveryPolicy(configuration, immediateRetries: apps[0].pool.configuration.immediateRetries),
+        rules = DeliveryRules(policy: DeliveryPolicy(configuration),
                               apps: lanes.map { ($0.name, $0.defaults) }, seed: seed.next())
         for lane in lanes { lane.pool.delegate = self }
     }
@@ -149,8 +149,11 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
 
     /// Redis reachable, the group in place, reading (not starting, draining or stopped).
     public var isReady: Bool {
-        phase == .running && groupReady && (writer?.isReady ?? false)
+        phase == .running && groupReady && (writer?.isReady ?? false) && haltedApps.isEmpty
     }
+
+    /// Apps whose credentials APNs refused (their pools probe again by themselves).
+    public var haltedApps: [String] { lanes.filter { $0.stoppedReason != nil }.map(\.name) }
 
     /// Reads the queue's depth, pending entries, lag and the sizes of the other keys (one pipeline).
     public func sampleQueue(_ completion: @escaping (QueueSample?) -> Void) {
@@ -400,12 +403,12 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         scheduleBatch()
     }
 
-    /// The app's credentials were fixed: its pool sends again and its jobs are read again.
-    public func resumeSending(app name: String) {
-        guard let laneIndex = lanes.firstIndex(where: { $0.name == name }) else { return }
+    /// A halted pool probes again (its credentials were reloaded): the app's jobs are read and sent again.
+    public func poolResumedSending(_ pool: ConnectionPool) {
+        guard let laneIndex = lanes.firstIndex(where: { $0.pool === pool }), lanes[laneIndex].stoppedReason != nil else { return }
         lanes[laneIndex].stoppedReason = nil
+        logger.notice("probing APNs again for this app", metadata: ["app": "\(lanes[laneIndex].name)"])
         rules.credentialsResumed(lane: laneIndex)
-        lanes[laneIndex].pool.resume()
         pump()
     }
 

@@ -19,6 +19,9 @@ public struct WorkerConfiguration: Sendable {
     public var maxDeliveries = 10
     /// Attempts per notification before it goes to the dead letters (`--max-attempts`).
     public var maxAttempts = 8
+    /// Attempts that failed on the transport or with a 5xx are resent at once (on the connection
+    /// with the most free slots) this many times before they go to the retry set with a backoff.
+    public var immediateRetries = 2
     /// How long a SIGTERM drain may take (`--drain-timeout`).
     public var drainTimeoutMilliseconds: Int64 = 30_000
     /// How often due retries are moved back into the stream.

@@ -10,6 +10,8 @@ import Yams
 /// pool. Secrets are read from files, never written in this file.
 struct ConfigFile: Decodable, Equatable {
     var redis: String?
+    /// A file holding the Redis password (the URL in `redis` should carry none).
+    var redisPasswordFile: String?
     var queue: String?
     var batch: Int?
     var claimIdle: Int?
@@ -25,6 +27,7 @@ struct ConfigFile: Decodable, Equatable {
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case redis, queue, batch, threads, apps
+        case redisPasswordFile = "redis_password_file"
         case claimIdle = "claim_idle"
         case maxAttempts = "max_attempts"
         case maxDeliveries = "max_deliveries"

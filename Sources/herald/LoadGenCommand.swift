@@ -38,6 +38,8 @@ struct LoadGenCommand: ParsableCommand {
     @Option(help: "Seconds to wait for every outcome.") var timeout = 600
     @Option(help: "Seed for tokens, collapse and push-type draws.") var seed: UInt64 = 1
     @Option(help: "Attach to this Redis instead of starting one (redis://…).") var redis: String?
+    @Option(name: .customLong("redis-password-file"), help: "A file holding the attached Redis' password (or env HERALD_REDIS_PASSWORD / HERALD_REDIS_PASSWORD_FILE); the workers get it in their environment.")
+    var redisPasswordFile: String?
     @Option(help: "Queue name (must be empty).") var queue = "default"
     @Option(name: .customLong("apns-host"), help: "Attach to this APNs emulator instead of starting one.") var apnsHost: String?
     @Option(name: .customLong("apns-port")) var apnsPort: Int?
@@ -71,6 +73,7 @@ struct LoadGenCommand: ParsableCommand {
         configuration.timeoutSeconds = timeout
         configuration.seed = seed
         configuration.redisURL = redis
+        if redis != nil { configuration.redisPassword = try RedisPassword.resolve(flagFile: redisPasswordFile, configFile: nil) }
         configuration.queue = queue
         configuration.apnsHost = apnsHost
         configuration.apnsPort = apnsPort

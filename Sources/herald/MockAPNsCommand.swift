@@ -15,8 +15,14 @@ struct MockAPNsCommand: ParsableCommand {
             rejections by reason, connections, streams) are served at GET /_herald/stats and written \
             as JSON to --stats-out on SIGTERM or SIGINT. Between independent benchmark runs, \
             /_herald/forget-ids (POST over HTTP/2, or GET on --stats-port) drops the table of accepted \
-            apns-ids but keeps every count, so each run works against a table of its own ids only. \
-            GET /_herald/latency/MS on --stats-port sets the added round trip for requests from then on.
+            apns-ids but keeps every count, so each run works against a table of its own ids only.
+
+            Faults change while running through /_herald/... on the emulator's port (GET or POST \
+            over HTTP/2) and on --stats-port (GET): latency/MS, max-streams/N, stall/RATE, \
+            stall-next/N, reset-streams/CODE:RATE|off, garbage-body/KIND[:RATE]|off, \
+            ignore-ping/on|off, reject-tokens/on|off. GET /_herald/faults shows the faults in force. \
+            Each injected fault is counted in the stats (streams_stalled, streams_reset, \
+            garbage_bodies, pings_ignored, tokens_rejected, settings_sent).
             """)
 
     @Option(help: "Address to listen on.") var host = "127.0.0.1"
@@ -38,6 +44,12 @@ struct MockAPNsCommand: ParsableCommand {
     @Option(name: .customLong("throttle-count")) var throttleCount = 1
     @Option(name: .customLong("goaway-after"), help: "Each connection sends GOAWAY (Shutdown) after this many streams.") var goAwayAfter: Int?
     @Option(name: .customLong("disconnect-after"), help: "Each connection is dropped without GOAWAY after this many streams.") var disconnectAfter: Int?
+    @Option(name: .customLong("stall"), help: "Leave this share (0 to 1) of requests unanswered: no HEADERS, no RST_STREAM; PINGs and other streams are still answered.") var stall: Double = 0
+    @Option(name: .customLong("stall-next"), help: "Leave the next N requests unanswered.") var stallNext = 0
+    @Option(name: .customLong("reset-streams"), help: "Reset CODE:RATE of streams instead of answering, e.g. REFUSED_STREAM:0.1 or INTERNAL_ERROR:0.01 (an HTTP/2 error code name or number).") var resetStreams: String?
+    @Option(name: .customLong("garbage-body"), help: "Send KIND[:RATE] of error answers with a garbage body; KIND is text, binary, oversized (1 MiB), unknown-reason or long-reason (10 KiB).") var garbageBody: String?
+    @Flag(name: .customLong("ignore-ping"), help: "Do not acknowledge PING frames.") var ignorePing = false
+    @Flag(name: .customLong("reject-tokens"), help: "Answer every request with a provider token 403 InvalidProviderToken (until /_herald/reject-tokens/off).") var rejectTokens = false
     @Option(name: .customLong("stats-out"), help: "Write the counts as JSON here on exit.") var statsOut: String?
     @Option(name: .customLong("stats-port"), help: "Also serve GET /_herald/stats over plain HTTP/1.1 on this port of --host (0 picks one; prints `stats on HOST:PORT`).") var statsPort: Int?
     @Option(name: .customLong("expect-notifications"), help: "Make room for this many apns-ids up front, so counting them never pauses a benchmark.") var expectNotifications = 0
@@ -70,6 +82,25 @@ struct MockAPNsCommand: ParsableCommand {
         configuration.teamID = teamID
         configuration.keyID = keyID
         configuration.measureLatency = measureLatency
+        guard (0...1).contains(stall) else { throw ValidationError("--stall takes a share from 0 to 1; got \(stall)") }
+        guard stallNext >= 0 else { throw ValidationError("--stall-next takes a count of 0 or more; got \(stallNext)") }
+        configuration.faults.stallRate = stall
+        configuration.faults.stallNext = stallNext
+        if let resetStreams {
+            guard let reset = InjectedReset(argument: resetStreams) else {
+                throw ValidationError("--reset-streams takes CODE:RATE, e.g. REFUSED_STREAM:0.1 or 2:0.5; got \(resetStreams)")
+            }
+            configuration.faults.reset = reset
+        }
+        if let garbageBody {
+            guard let garbage = InjectedGarbageBody(argument: garbageBody) else {
+                let kinds = GarbageBodyKind.allCases.map(\.rawValue).joined(separator: ", ")
+                throw ValidationError("--garbage-body takes KIND or KIND:RATE with KIND one of \(kinds); got \(garbageBody)")
+            }
+            configuration.faults.garbageBody = garbage
+        }
+        configuration.faults.ignorePing = ignorePing
+        configuration.faults.rejectTokens = rejectTokens
         configuration.expectedNotifications = max(0, expectNotifications)
         if let writeKey {
             let pem = try ES256PrivateKey.generateP8()
@@ -95,25 +126,13 @@ struct MockAPNsCommand: ParsableCommand {
         var statsServer: MetricsHTTPServer? = nil
         if let statsPort {
             // Plain HTTP for scripts and the load generator, which speak no HTTP/2.
+            // The same control paths as on the emulator's port (MockAPNsServer.control(path:)).
             let plain = MetricsHTTPServer(loop: loop) { path in
-                switch path {
-                case "/_herald/stats":
-                    return MetricsHTTPServer.Response(status: 200, contentType: "application/json", body: Array(server.currentStatistics.json().utf8))
-                case "/_herald/forget-ids":
-                    // Between independent benchmark runs (see MockAPNsServer.forgetAcceptedIDs).
-                    server.forgetAcceptedIDs()
-                    return MetricsHTTPServer.Response(status: 200, contentType: "application/json", body: Array("{}".utf8))
-                case let path where path.hasPrefix("/_herald/latency/"):
-                    // GET /_herald/latency/MS: the added round trip for requests from now on.
-                    guard let milliseconds = Int64(path.dropFirst("/_herald/latency/".count)), milliseconds >= 0 else {
-                        return MetricsHTTPServer.Response(status: 400, body: Array("want /_herald/latency/MILLISECONDS\n".utf8))
-                    }
-                    server.setLatency(milliseconds: milliseconds)
-                    return MetricsHTTPServer.Response(status: 200, contentType: "application/json",
-                                                      body: Array("{\"latency_ms\":\(server.latencyMilliseconds)}".utf8))
-                default:
+                guard path.hasPrefix("/_herald/") else {
                     return MetricsHTTPServer.Response(status: 404, body: Array("try /_herald/stats\n".utf8))
                 }
+                let (status, body) = server.control(path: path)
+                return MetricsHTTPServer.Response(status: status, contentType: "application/json", body: Array(body.utf8))
             }
             try plain.start(host: host, port: statsPort)
             statsServer = plain

@@ -4,21 +4,56 @@ import Transport
 
 /// Which Redis and which queue.
 struct QueueOptions: ParsableArguments {
-    @Option(help: "Redis URL, redis://[user[:password]@]host[:port][/db] (env HERALD_REDIS; default redis://127.0.0.1:6379).")
+    @Option(help: "Redis URL, redis://[user@]host[:port][/db] (env HERALD_REDIS; default redis://127.0.0.1:6379). Give the password with --redis-password-file or HERALD_REDIS_PASSWORD, not here: the command line is visible to every local user.")
     var redis: String?
+
+    @Option(name: .customLong("redis-password-file"), help: "A file holding the Redis password (env HERALD_REDIS_PASSWORD_FILE; or HERALD_REDIS_PASSWORD holding the password itself). Wins over a password in the URL.")
+    var redisPasswordFile: String?
 
     @Option(help: "Queue name: keys are herald:{QUEUE}:jobs, :retry, :dead, :feedback (env HERALD_QUEUE; default default).")
     var queue: String?
 
-    func endpoint() throws -> RedisEndpoint {
+    /// The endpoint with its password from, highest first: --redis-password-file,
+    /// HERALD_REDIS_PASSWORD_FILE, HERALD_REDIS_PASSWORD, the config file's `redis_password_file`
+    /// (`configPasswordFile`), the URL.
+    func endpoint(configPasswordFile: String? = nil) throws -> RedisEndpoint {
+        let url = redis ?? environmentValue("REDIS") ?? "redis://127.0.0.1:6379"
+        var endpoint: RedisEndpoint
         do {
-            return try RedisEndpoint(url: redis ?? environmentValue("REDIS") ?? "redis://127.0.0.1:6379")
+            endpoint = try RedisEndpoint(url: url)
         } catch {
             throw ValidationError(error.description)
         }
+        if redis != nil && endpoint.password != nil {
+            printWarning("the Redis password in --redis is visible to every local user (ps, /proc/PID/cmdline); "
+                + "give it with --redis-password-file or HERALD_REDIS_PASSWORD instead")
+        }
+        if let password = try RedisPassword.resolve(flagFile: redisPasswordFile, configFile: configPasswordFile) {
+            endpoint.password = password
+        }
+        return endpoint
     }
 
     func keys() -> QueueKeys {
         QueueKeys(queue: queue ?? environmentValue("QUEUE") ?? QueueKeys.defaultQueue)
+    }
+}
+
+/// Where the Redis password comes from when it is not in the URL.
+enum RedisPassword {
+    /// The password from the first source given (see `QueueOptions.endpoint`), or nil when none
+    /// is; an unreadable or empty file is an error that names the file, never its content.
+    static func resolve(flagFile: String?, configFile: String?,
+                        environment: (String) -> String? = environmentValue) throws -> String? {
+        if let path = flagFile ?? environment("REDIS_PASSWORD_FILE") { return try read(path) }
+        if let password = environment("REDIS_PASSWORD") { return password }
+        if let path = configFile { return try read(path) }
+        return nil
+    }
+
+    private static func read(_ path: String) throws -> String {
+        let password = try readSecretFile(path, warn: printWarning)
+        guard !password.isEmpty else { throw ValidationError("the Redis password file \(path) is empty") }
+        return password
     }
 }

@@ -126,6 +126,9 @@ final class SendSession: ConnectionPoolDelegate {
     }
 
     func pool(_ pool: ConnectionPool, completed request: PendingRequest, outcome: DeliveryOutcome) {
+        if case .retryOnAnotherConnection = outcome, request.attempts <= 2, pool.freeSlots > 0, pool.send(request) {
+            return  // a transport failure or 5xx: resent at once, twice at most, as the worker does
+        }
         completed += 1
         let word: String
         switch outcome {

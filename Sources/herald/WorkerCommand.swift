@@ -48,7 +48,7 @@ struct WorkerCommand: ParsableCommand {
         var queueSettings = queueOptions
         if queueSettings.redis == nil && environmentValue("REDIS") == nil { queueSettings.redis = file?.redis }
         if queueSettings.queue == nil && environmentValue("QUEUE") == nil { queueSettings.queue = file?.queue }
-        let endpoint = try queueSettings.endpoint()
+        let endpoint = try queueSettings.endpoint(configPasswordFile: file?.redisPasswordFile)
         let keys = queueSettings.keys()
         let apps = try resolveApps(file: file)
         let threadCount = try threads ?? intEnvironment("THREADS") ?? file?.threads ?? 1
@@ -81,9 +81,13 @@ struct WorkerCommand: ParsableCommand {
         var metricsServer: MetricsHTTPServer? = nil
         if !noMetrics {
             let port = try metricsPort ?? intEnvironment("METRICS_PORT") ?? file?.metricsPort ?? 9464
+            let publisher = MetricsHTTPServer.Publisher(metrics: metrics)
+            var statistics: () -> MetricsHTTPServer.Statistics? = { nil }
             let server = MetricsHTTPServer(loop: main) { path in
-                serveOperations(path: path, metrics: metrics, health: health)
+                if path == "/metrics", let current = statistics() { publisher.publish(current) }
+                return serveOperations(path: path, metrics: metrics, health: health)
             }
+            statistics = { [weak server] in server?.currentStatistics }
             do {
                 try server.start(host: metricsHost ?? environmentValue("METRICS_HOST") ?? file?.metricsHost ?? "0.0.0.0", port: port)
             } catch {

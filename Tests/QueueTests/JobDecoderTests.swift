@@ -67,13 +67,15 @@ import Testing
     }
 
     @Test func fanOutKeepsValidTokensAndSetsAsideInvalidOnes() throws {
-        let job = try Self.decode([("tokens", "aaaa, BBBB ,zz,ccc,dddd"), ("payload", "{}")]).get()
-        #expect(job.tokens == ["aaaa", "bbbb", "dddd"])
-        #expect(job.invalidTokens.map(\.token) == ["zz", "ccc"])
+        let (a, b, d) = (String(repeating: "a", count: 16), String(repeating: "b", count: 16), String(repeating: "d", count: 16))
+        let job = try Self.decode([("tokens", "\(a), \(b.uppercased()) ,zz,ccc,\(d),abcd"), ("payload", "{}")]).get()
+        #expect(job.tokens == [a, b, d])
+        #expect(job.invalidTokens.map(\.token) == ["zz", "ccc", "abcd"])
+        #expect(job.invalidTokens.map(\.error.code) == ["bad_device_token", "device_token_odd_length", "device_token_too_short"])
     }
 
     @Test func tooManyTokensIsRejected() {
-        let tokens = (0..<10_001).map { _ in "abcd" }.joined(separator: ",")
+        let tokens = (0..<10_001).map { _ in Self.token }.joined(separator: ",")
         #expect(throws: JobError.tooManyTokens(count: 10_001, limit: 10_000)) {
             try Self.decode([("tokens", tokens), ("payload", "{}")]).get()
         }
@@ -92,14 +94,15 @@ import Testing
 
     @Test func fanOutDerivesIDsFromItsIDAndKeepsThemOnARetryOfOneToken() throws {
         let id = "123e4567-e89b-12d3-a456-426614174000"
-        let job = try Self.decode([("tokens", "aaaa,bbbb"), ("payload", "{}"), ("id", id)]).get()
-        let first = job.notification(forToken: "bbbb").apnsID
+        let (a, b) = (String(repeating: "a", count: 16), String(repeating: "b", count: 16))
+        let job = try Self.decode([("tokens", "\(a),\(b)"), ("payload", "{}"), ("id", id)]).get()
+        let first = job.notification(forToken: b).apnsID
         #expect(first != id)
-        #expect(first == StableID.apnsID(origin: id, token: "bbbb"))
+        #expect(first == StableID.apnsID(origin: id, token: b))
         // The retry entry Herald writes for the one remaining token carries id_base, not id.
-        let retry = try Self.decode([("token", "bbbb"), ("payload", "{}"), ("id_base", id), ("origin", "1700000000123-4"),
+        let retry = try Self.decode([("token", b), ("payload", "{}"), ("id_base", id), ("origin", "1700000000123-4"),
                                      ("attempts", "1")]).get()
-        #expect(retry.notification(forToken: "bbbb").apnsID == first)
+        #expect(retry.notification(forToken: b).apnsID == first)
         #expect(retry.attempts == 1)
     }
 

@@ -125,7 +125,7 @@ final class DeliveryWorld {
         let collapseID: String? = [nil, nil, "score", "news"][Int(random.next() % 4)]
         if let collapseID { fields.append(("collapse_id", Array(collapseID.utf8))) }
         let seconds = now / 1000
-        let expiration: Int64? = [nil, nil, 0, seconds - 5, seconds + 2, seconds + 40, seconds + 3_600, Int64.max / 10][Int(random.next() % 8)]
+        let expiration: Int64? = [nil, nil, 0, seconds - 5, seconds + 2, seconds + 40, seconds + 3_600, Notification.maxExpiration][Int(random.next() % 8)]
         if let expiration { fields.append(("expiration", Array(String(expiration).utf8))) }
         let attempts = Int(random.next() % UInt64(policy.maxAttempts + 2))
         if attempts > 0 { fields.append(("attempts", Array(String(attempts).utf8))) }
@@ -222,6 +222,7 @@ final class DeliveryWorld {
         (ResponseClassifier.classify(status: 400, reason: .idleTimeout, timestamp: nil), true),
         (.retryOnAnotherConnection(.streamReset(errorCode: 2)), true),
         (.retryOnAnotherConnection(.connectionLost), true),
+        (.retryOnAnotherConnection(.responseTimeout), true),
         (.retryOnAnotherConnection(.goAway(notProcessed: false)), true),
         (.retryOnAnotherConnection(.goAway(notProcessed: true)), false),
         (.retryOnAnotherConnection(.refusedStream), false),
