@@ -76,12 +76,17 @@ METRICS = {
     "herald_dead_letter_stream_length": ("gauge", {"queue"}),
     "herald_feedback_stream_length": ("gauge", {"queue"}),
     "herald_last_success_timestamp_seconds": ("gauge", {"app"}),
+    "herald_metrics_http_accept_calls_total": ("counter", set()),
+    "herald_metrics_http_accept_out_of_descriptors_total": ("counter", set()),
+    "herald_metrics_http_connections_shed_total": ("counter", set()),
+    "herald_metrics_http_connections_timed_out_total": ("counter", set()),
+    "herald_metrics_http_open_connections": ("gauge", set()),
 }
 # Label values Herald promises; a selector naming any other value would never match.
 LABEL_VALUES = {
     "outcome": {"accepted", "dead_token", "dead_lettered", "retried", "superseded", "handed_back"},
     "state": {"ready", "connecting", "going_away"},
-    "event": {"opened", "failed", "goaway", "reset", "ping_timeout"},
+    "event": {"opened", "failed", "goaway", "reset", "ping_timeout", "response_timeout", "credentials_suspected"},
 }
 # Labels Prometheus or the scrape config add to every series.
 TARGET_LABELS = {"instance", "job", "pod", "namespace", "container", "service", "endpoint", "worker"}

@@ -77,7 +77,7 @@ public final class WorkerMetrics {
     }
 
     static let outcomes = ["accepted", "dead_token", "dead_lettered", "retried", "superseded", "handed_back"]
-    static let connectionEvents = ["opened", "failed", "goaway", "reset", "ping_timeout"]
+    static let connectionEvents = ["opened", "failed", "goaway", "reset", "ping_timeout", "response_timeout", "credentials_suspected"]
 
     /// Starts publishing every `intervalMilliseconds` on the worker's loop.
     public func start(intervalMilliseconds: Int64 = 1_000) {
@@ -170,7 +170,8 @@ public final class WorkerMetrics {
         last.responses = pool.otherResponses
         metrics.histograms.add(pool.requestDuration.subtracting(last.duration), name: "herald_apns_request_duration_seconds", labels: [("app", app)])
         last.duration = pool.requestDuration
-        let events = [pool.connectionsOpened, pool.connectionFailures, pool.goAwaysReceived, pool.connectionResets, pool.pingTimeouts]
+        let events = [pool.connectionsOpened, pool.connectionFailures, pool.goAwaysReceived, pool.connectionResets, pool.pingTimeouts,
+                      pool.responseTimeouts, pool.credentialSuspicions]
         for (index, name) in WorkerMetrics.connectionEvents.enumerated() {
             add("herald_connection_events_total", [("app", app), ("event", name)], events[index] - last.events[index])
         }

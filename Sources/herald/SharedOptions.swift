@@ -37,15 +37,28 @@ struct APNsTargetOptions: ParsableArguments {
     @Option(name: .customLong("max-streams"), help: "Herald's cap on concurrent streams per connection (env HERALD_MAX_STREAMS).")
     var maxStreams: Int?
 
+    @Option(name: .customLong("response-timeout"),
+            help: "Seconds a notification waits for APNs' answer before its stream is reset and it is retried as an attempt with an unknown outcome, 1 to 3600 (env HERALD_RESPONSE_TIMEOUT; default 30).")
+    var responseTimeout: Int?
+
+    /// `--response-timeout` (or HERALD_RESPONSE_TIMEOUT) in milliseconds, checked.
+    func responseTimeoutMilliseconds() throws -> Int64 {
+        let seconds = try responseTimeout ?? intEnvironment("RESPONSE_TIMEOUT") ?? 30
+        guard (1...3600).contains(seconds) else { throw ValidationError("--response-timeout must be 1 to 3600 seconds, not \(seconds)") }
+        return Int64(seconds) * 1000
+    }
+
     /// Flags, then HERALD_* variables, then the config file's app (`file`), then defaults.
     func poolConfiguration(file: ConfigFile.App? = nil) throws -> PoolConfiguration {
-        try APNsTargetOptions.poolConfiguration(
+        var configuration = try APNsTargetOptions.poolConfiguration(
             environment: environment?.rawValue ?? environmentValue("ENVIRONMENT") ?? file?.environment,
             host: apnsHost ?? environmentValue("APNS_HOST") ?? file?.apnsHost,
             port: try apnsPort ?? intEnvironment("APNS_PORT") ?? file?.apnsPort,
             caFile: caFile ?? environmentValue("CA_FILE") ?? file?.caFile,
             connections: try connections ?? intEnvironment("CONNECTIONS") ?? file?.connections,
             maxStreams: try maxStreams ?? intEnvironment("MAX_STREAMS") ?? file?.maxStreams)
+        configuration.responseTimeoutMilliseconds = try responseTimeoutMilliseconds()
+        return configuration
     }
 
     static func poolConfiguration(environment: String?, host: String?, port: Int?, caFile: String?,
@@ -112,7 +125,7 @@ struct CredentialsOptions: ParsableArguments {
         let signer = try ProviderTokenSigner(teamID: team, keyID: key, key: privateKey)
         let minutes = try tokenRefreshMinutes ?? intEnvironment("TOKEN_REFRESH_MINUTES") ?? app?.tokenRefreshMinutes
             ?? ProviderTokenSource.defaultRefreshMinutes
-        return ResolvedCredentials(signer: signer, refreshMinutes: minutes)
+        return ResolvedCredentials(signer: signer, refreshMinutes: minutes, teamID: team, keyID: key, keyFile: file)
     }
 }
 
@@ -120,6 +133,18 @@ struct CredentialsOptions: ParsableArguments {
 struct ResolvedCredentials: Sendable {
     let signer: ProviderTokenSigner
     let refreshMinutes: Int
+    let teamID: String
+    let keyID: String
+    let keyFile: String
+
+    /// Reads the key file again: a halted app probes with what the file holds now, so fixing the
+    /// file needs no restart. The error names the file, never its content.
+    var reloader: CredentialsReloader {
+        { [teamID, keyID, keyFile] in
+            let key = try ES256PrivateKey(pemFile: keyFile)
+            return try ProviderTokenSigner(teamID: teamID, keyID: keyID, key: key)
+        }
+    }
 
     func tokenSource(time: TimeSource, logger: Logger) throws -> ProviderTokenSource {
         try ProviderTokenSource(signer: signer, refreshMinutes: refreshMinutes, time: time, logger: logger)

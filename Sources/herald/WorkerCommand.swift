@@ -126,6 +126,7 @@ struct WorkerCommand: ParsableCommand {
                         appLogger[metadataKey: "app"] = "\(app.name)"
                         let tokens = try app.credentials?.tokenSource(time: .system, logger: appLogger)
                         let pool = try ConnectionPool(loop: thread.loop, configuration: app.pool, tokens: tokens, logger: appLogger)
+                        pool.credentialsReloader = app.credentials?.reloader
                         workerApps.append(WorkerApp(name: app.name, pool: pool, defaults: app.defaults))
                     }
                     let worker = QueueWorker(loop: thread.loop, configuration: consumerConfig, apps: workerApps, redis: endpoint, logger: threadLogger)
@@ -198,6 +199,7 @@ extension WorkerCommand {
                     ? try credentials.resolved(file: fileApp, appName: name)
                     : try CredentialsOptions().resolved(file: fileApp, appName: name)
             }
+            pool.responseTimeoutMilliseconds = try target.responseTimeoutMilliseconds()
             let bundle = isDefault ? (bundleID ?? environmentValue("BUNDLE_ID") ?? fileApp?.bundleID) : fileApp?.bundleID
             result.append(ResolvedApp(name: name, pool: pool, credentials: tokenCredentials, defaults: JobDefaults(bundleID: bundle)))
         }
