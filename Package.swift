@@ -24,6 +24,8 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
+        // Tests only: random event sequences for the delivery rules' properties.
+        .package(url: "https://github.com/x-sheep/swift-property-based", exact: "2.0.1"),
     ],
     targets: [
         // C libraries from Debian, reached through pkg-config.
@@ -94,6 +96,14 @@ let package = Package(
         .testTarget(
             name: "TransportTests", dependencies: ["APNs", "Transport", "COpenSSL"], swiftSettings: swiftSettings),
         .testTarget(name: "QueueTests", dependencies: ["APNs", "Queue"], swiftSettings: swiftSettings),
+        // The delivery rules alone (no Redis, no sockets): property tests over random event sequences.
+        .testTarget(
+            name: "WorkerTests",
+            dependencies: [
+                "APNs", "Queue", "Worker",
+                .product(name: "PropertyBased", package: "swift-property-based"),
+            ],
+            swiftSettings: swiftSettings),
         .testTarget(
             name: "IntegrationTests",
             dependencies: ["APNs", "Transport", "MockAPNs", "Queue", "Worker", "LoadGen"],

@@ -1,4 +1,6 @@
-/// One entry of a queue's dead-letter stream, as the worker writes it (`QueueWorker.deadLetterCommand`):
+import Transport
+
+/// One entry of a queue's dead-letter stream, as the worker writes it (`DeadLetter.Draft.command`):
 /// the job's own fields (with `token`/`tokens` narrowed to the tokens that failed), then
 /// `reason`, `message`, `status`, `attempts` and `failed_at`.
 public struct DeadLetter: Sendable {
@@ -59,5 +61,61 @@ public struct DeadLetter: Sendable {
     /// The job as it goes back to the jobs stream: every field in order except `droppedOnRequeue`.
     public var jobFields: [(name: String, value: [UInt8])] {
         record.fields.filter { !DeadLetter.droppedOnRequeue.contains($0.name) }
+    }
+}
+
+extension DeadLetter {
+    /// A dead-letter entry the worker is about to write: the job's (or malformed entry's) own
+    /// fields, the tokens that failed (nil: the whole entry), and why. `DeliveryRules` makes one
+    /// per job and reason; `command` spells it as the XADD that `DeadLetter` reads back.
+    public struct Draft: Sendable {
+        public var fields: [(name: String, value: [UInt8])]
+        /// The tokens this letter holds; nil when the whole entry is dead-lettered as read.
+        public var tokens: [String]?
+        public var reason: String
+        public var message: String
+        public var status: Int
+        public var attempts: Int
+        public var failedAt: Int64
+        /// The entry id the job was first enqueued as, added when the fields do not carry it.
+        public var origin: String?
+        /// A fan-out job's apns-id base, replacing its `id`/`id_base` fields.
+        public var idBase: String?
+
+        public init(fields: [(name: String, value: [UInt8])], tokens: [String]?, reason: String, message: String,
+                    status: Int, attempts: Int, failedAt: Int64, origin: String? = nil, idBase: String? = nil) {
+            self.fields = fields
+            self.tokens = tokens
+            self.reason = reason
+            self.message = message
+            self.status = status
+            self.attempts = attempts
+            self.failedAt = failedAt
+            self.origin = origin
+            self.idBase = idBase
+        }
+
+        /// `XADD <dead> MAXLEN ~ <maxLength> * <fields…> reason … failed_at …`.
+        public func command(stream: String, maxLength: Int) -> [RedisArgument] {
+            var command: [RedisArgument] = ["XADD", .text(stream), "MAXLEN", "~", .integer(Int64(maxLength)), "*"]
+            // The job's own fields, without Herald's bookkeeping (the entry states attempts itself).
+            for field in fields where !(tokens != nil && (field.name == JobField.token || field.name == JobField.tokens))
+                && field.name != JobField.attempts && field.name != JobField.retryID
+                && !(idBase != nil && (field.name == JobField.id || field.name == JobField.idBase)) {
+                command += [.text(field.name), .bytes(field.value)]
+            }
+            if let idBase { command += [.text(JobField.idBase), .text(idBase)] }
+            if let tokens, let first = tokens.first {
+                command += tokens.count == 1 ? [.text(JobField.token), .text(first)] : [.text(JobField.tokens), .text(tokens.joined(separator: ","))]
+            }
+            if let origin, !fields.contains(where: { $0.name == JobField.origin }) {
+                // A requeued dead letter then derives the apns-ids its first attempt was sent with.
+                command += [.text(JobField.origin), .text(origin)]
+            }
+            command += [.text(Field.reason), .text(reason), .text(Field.message), .text(message),
+                        .text(Field.status), .integer(Int64(status)), .text(Field.attempts), .integer(Int64(attempts)),
+                        .text(Field.failedAt), .integer(failedAt)]
+            return command
+        }
     }
 }

@@ -25,6 +25,36 @@ public struct FeedbackEntry: Sendable {
     public var job: String? { record.text(Field.job) }
 }
 
+extension FeedbackEntry {
+    /// A feedback entry the worker is about to write; `command` spells the XADD `FeedbackEntry` reads.
+    public struct Draft: Sendable, Equatable {
+        public var token: String
+        public var topic: String
+        public var reason: String
+        public var timestamp: Int64?
+        /// The entry the backend enqueued (a retried token's entry is one Herald wrote).
+        public var job: String
+
+        public init(token: String, topic: String, reason: String, timestamp: Int64?, job: String) {
+            self.token = token
+            self.topic = topic
+            self.reason = reason
+            self.timestamp = timestamp
+            self.job = job
+        }
+
+        /// `XADD <feedback> MAXLEN ~ <maxLength> * token … topic … reason … [timestamp …] job …`.
+        public func command(stream: String, maxLength: Int) -> [RedisArgument] {
+            var command: [RedisArgument] = ["XADD", .text(stream), "MAXLEN", "~", .integer(Int64(maxLength)), "*",
+                                            .text(Field.token), .text(token), .text(Field.topic), .text(topic),
+                                            .text(Field.reason), .text(reason)]
+            if let timestamp { command += [.text(Field.timestamp), .integer(timestamp)] }
+            command += [.text(Field.job), .text(job)]
+            return command
+        }
+    }
+}
+
 /// Reads a queue's feedback stream for `herald feedback tail`.
 public final class FeedbackReader {
     public let redis: any RedisCommandExecutor

@@ -1,3 +1,5 @@
+import Transport
+
 /// Encodes a job's fields as the JSON array `["name","value",…]` that the retry set stores and
 /// the promote script turns back into `XADD` arguments (Redis' Lua has cjson).
 public enum RetryEncoding {
@@ -30,6 +32,47 @@ public enum RetryEncoding {
             }
         }
         out.append(0x22)
+    }
+}
+
+/// A job's tokens on their way to the retry set: the job's fields as they go back to the stream
+/// (the remaining tokens, Herald's bookkeeping replaced), scored by when they are due.
+/// `DeliveryRules` makes one per job; `command` spells the ZADD the promote script reads back.
+public struct RetryEntry: Sendable {
+    /// The fields `QueueScripts.promoteDueRetries` XADDs back, in order.
+    public let fields: [(name: String, value: [UInt8])]
+    public let tokens: [String]
+    /// Attempts spent so far (the `attempts` field).
+    public let attempts: Int
+    /// When the retry is due, ms since the epoch (the member's score).
+    public let dueAt: Int64
+
+    /// The retry entry of `tokens` of `job`, with `attempts` spent; `retryID` makes the member unique.
+    public init(job: Job, tokens: [String], attempts: Int, retryID: String, dueAt: Int64) {
+        var fields = job.fields.filter { $0.name != JobField.token && $0.name != JobField.tokens && !JobField.herald.contains($0.name) }
+        if tokens.count == 1 {
+            fields.append((JobField.token, Array(tokens[0].utf8)))
+        } else {
+            fields.append((JobField.tokens, Array(tokens.joined(separator: ",").utf8)))
+        }
+        fields.append((JobField.attempts, Array(String(attempts).utf8)))
+        fields.append((JobField.origin, Array(job.origin.utf8)))
+        if job.explicitAPNsID == nil, job.apnsIDBase != job.origin {
+            // A fan-out job's id: its retries derive the same apns-ids, whatever tokens remain.
+            fields.removeAll { $0.name == JobField.id }
+            fields.append((JobField.idBase, Array(job.apnsIDBase.utf8)))
+        }
+        fields.append((JobField.enqueuedAt, Array(String(job.enqueuedAt).utf8)))
+        fields.append((JobField.retryID, Array(retryID.utf8)))
+        self.fields = fields
+        self.tokens = tokens
+        self.attempts = attempts
+        self.dueAt = dueAt
+    }
+
+    /// `ZADD <retry> <dueAt> <fields as a JSON array>`.
+    public func command(key: String) -> [RedisArgument] {
+        ["ZADD", .text(key), .integer(dueAt), .bytes(RetryEncoding.encode(fields))]
     }
 }
 

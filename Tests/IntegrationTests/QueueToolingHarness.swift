@@ -42,7 +42,7 @@ final class QueueToolingHarness {
         RedisReplyReader.entries(try command("XRANGE", key, "-", "+"))
     }
 
-    /// Adds a dead letter exactly as `QueueWorker.deadLetterCommand` writes one: the job's fields
+    /// Adds a dead letter exactly as `DeadLetter.Draft.command` writes one: the job's fields
     /// (without token/tokens when `tokens` narrows them), the failed tokens, then reason, message,
     /// status, attempts and failed_at. Returns the entry id.
     @discardableResult
@@ -60,7 +60,7 @@ final class QueueToolingHarness {
         return try command(arguments).string ?? ""
     }
 
-    /// Adds a feedback entry as `QueueWorker.finish` writes one.
+    /// Adds a feedback entry as `FeedbackEntry.Draft.command` writes one.
     @discardableResult
     func addFeedback(token: String, topic: String = "com.example.herald", reason: String, timestamp: Int64? = nil, job: String = "1-0") throws -> String {
         var arguments = ["XADD", keys.feedback, "MAXLEN", "~", "1000000", "*", "token", token, "topic", topic, "reason", reason]

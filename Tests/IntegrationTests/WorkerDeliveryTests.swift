@@ -176,6 +176,28 @@ extension IntegrationTests {
         }
 
         @Test
+        func jobPastItsExpirationWhenReadIsDeadLetteredUnsent() async throws {
+            try await withWorkerBed { bed in
+                let count = 200
+                let past = Int64(Date().timeIntervalSince1970) - 60
+                let isExpired: @Sendable (Int) -> Bool = { $0 % 4 == 1 }
+                try await bed.enqueue(count) { index in
+                    var fields = [("token", WorkerHarness.deviceToken(index)), ("payload", WorkerHarness.payload(index))]
+                    if isExpired(index) { fields.append(("expiration", String(past))) }
+                    return fields
+                }
+                let worker = try await bed.startWorker()
+                let ledger = try await bed.waitUntilSettled(enqueued: count)
+                let expired = (0..<count).filter(isExpired).count
+                let counters = try await worker.counters()
+
+                #expect(ledger.settled && ledger.acceptedUnique == count - expired && ledger.duplicates == 0, "\(ledger)")
+                #expect(ledger.deadByReason == ["expired": expired], "\(ledger)")
+                #expect(counters.notificationsSent == count - expired, "an expired job is never sent: \(counters)")
+            }
+        }
+
+        @Test
         func collapseIdSupersedes() async throws {
             try await withWorkerBed { bed in
                 // Four versions of a score for each of five devices, plus unrelated jobs between them;

@@ -1,0 +1,681 @@
+import APNs
+import Queue
+
+/// The limits `DeliveryRules` applies: when a notification is resent at once, retried later, or
+/// given up on. One policy for every counted attempt (the pool resends on its own only what APNs
+/// provably never processed, and a 403 ExpiredProviderToken once with a fresh token).
+public struct DeliveryPolicy: Sendable {
+    /// Attempts per notification before it is dead-lettered (`--max-attempts`).
+    public var maxAttempts = 8
+    /// Deliveries of one entry (its pending-list count) before it is dead-lettered (`--max-deliveries`).
+    public var maxDeliveries = 10
+    /// Counted transport and 5xx failures resent at once on the pool (attempts up to this many)
+    /// before the retry set takes over.
+    public var immediateRetries = 2
+    /// How long jobs of an app whose credentials APNs refused wait in the retry set before the next look.
+    public var credentialsRetryMilliseconds: Int64 = 60_000
+    /// How long a notification waits after 429 TooManyProviderTokenUpdates.
+    public var tokenUpdatesThrottledMilliseconds: Int64 = 60_000
+
+    public init() {}
+
+    public init(_ configuration: WorkerConfiguration) {
+        maxAttempts = configuration.maxAttempts
+        maxDeliveries = configuration.maxDeliveries
+        immediateRetries = configuration.immediateRetries
+    }
+}
+
+/// One notification to hand to an app's pool: the action `DeliveryRules.nextSend` returns.
+public struct NotificationSend: Sendable {
+    /// `job index << 16 | token index`: handed back with APNs' answer.
+    public let context: UInt64
+    /// The stream entry the notification came from.
+    public let entryID: StreamEntryID
+    public let notification: Notification
+    /// Attempts spent before this send.
+    public let attempts: Int
+}
+
+/// Herald's delivery rules as one state machine with no socket, timer or Redis in it.
+///
+/// Events in: entries read or claimed (with their delivery counts), a free stream slot on an
+/// app's pool (`nextSend`), APNs' answer per notification, an app's credentials halted or
+/// resumed, drain, the end of a loop tick, a batch of writes confirmed, and a Redis reconnect.
+/// Actions out: the next notification for an app's pool, and once per tick one `OutcomeBatch`
+/// holding every finished entry's writes (feedback, dead letters, retry-set members) with its
+/// acknowledgement. Wall-clock time comes in with each event as `now` (ms since the epoch).
+///
+/// The rules: every notification ends in exactly one outcome (accepted, dead token, dead-lettered
+/// with a reason, superseded, or back in the retry set); an entry is acknowledged only in the
+/// batch that writes its outcomes, and stays held (never taken in again) until that batch is
+/// confirmed; nothing is sent or retried once its apns-expiration has passed; no notification
+/// spends more than `maxAttempts`; a credentials fault never spends an attempt.
+///
+/// `QueueWorker` drives it on its loop; the tests drive it with random event sequences. No Task,
+/// closure or avoidable allocation per notification: tokens are `UInt64` contexts in per-app queues.
+public final class DeliveryRules {
+    public let policy: DeliveryPolicy
+    public private(set) var counters = WorkerCounters()
+    public private(set) var draining = false
+
+    private var lanes: [Lane]
+    private let laneByName: [String: Int]
+    private var jobs: [JobRecord?] = []
+    private var freeJobIndices: [Int] = []
+    /// Entries taken in and not yet confirmed acknowledged: re-reading the pending list or a
+    /// claim must not take them in (and send them) again.
+    private var heldEntries = Set<StreamEntryID>()
+    private var queuedCollapse: [String: UInt64] = [:]
+    private var acceptedCollapse: [String: StreamEntryID] = [:]
+    private var finishing: [EntryOutcome] = []
+    public private(set) var unconfirmed: [OutcomeBatch] = []
+    private var nextBatchSequence: UInt64 = 1
+    private var random: SplitMix64
+
+    /// An app's queue of tokens waiting for a stream slot, and whether APNs refused its credentials.
+    struct Lane {
+        let name: String
+        let defaults: JobDefaults
+        var queue: [UInt64] = []
+        var head = 0
+        var halted = false
+
+        var queued: Int { queue.count - head }
+
+        mutating func pop() -> UInt64? {
+            guard head < queue.count else { return nil }
+            head += 1
+            let context = queue[head - 1]
+            if head == queue.count {
+                queue.removeAll(keepingCapacity: true)
+                head = 0
+            } else if head > 65_536 {
+                queue.removeFirst(head)
+                head = 0
+            }
+            return context
+        }
+
+        /// Puts a token first in line (a resend, or one the pool could not take).
+        mutating func pushFront(_ context: UInt64) {
+            if head > 0 {
+                head -= 1
+                queue[head] = context
+            } else {
+                queue.insert(context, at: 0)
+            }
+        }
+
+        mutating func takeAll() -> ArraySlice<UInt64> {
+            let taken = queue[head...]
+            queue = []
+            head = 0
+            return taken
+        }
+    }
+
+    /// One job's progress: how many tokens still wait for an outcome, and what the others got.
+    final class JobRecord {
+        let job: Job
+        let lane: Int
+        var remaining: Int
+        /// Per token, set when a newer job with its collapse id arrived; empty until one does.
+        private var superseded: [Bool] = []
+        /// Per token, attempts spent when it is resent at once; empty until one is.
+        private var tokenAttempts: [Int] = []
+        var feedback: [FeedbackEntry.Draft] = []
+        /// Each with the attempts its token spent: a letter states the most of its tokens'.
+        var deadLetters: [(token: String, reason: String, message: String, status: Int, attempts: Int)] = []
+        var retryTokens: [String] = []
+        /// The most attempts a token in `retryTokens` spent: the retry entry states it, so a token
+        /// parked unsent does not come back charged with another token's failures.
+        var retryAttempts = 0
+        var retryDelay: Int64 = 0
+        /// Tokens put back without a counted failure (drain, refused credentials): in `retryTokens`, not retries.
+        var handedBack = 0
+
+        init(job: Job, lane: Int) {
+            self.job = job
+            self.lane = lane
+            remaining = job.tokens.count
+        }
+
+        func isSuperseded(_ tokenIndex: Int) -> Bool {
+            !superseded.isEmpty && superseded[tokenIndex]
+        }
+
+        func markSuperseded(_ tokenIndex: Int) {
+            if superseded.isEmpty { superseded = Array(repeating: false, count: job.tokens.count) }
+            superseded[tokenIndex] = true
+        }
+
+        /// Whether `tokens[index]` is `token` with `collapseID`: a collapse entry still names this job's token
+        /// (and not a token of a job that since took over the same slot).
+        func holds(token: String, collapseID: String, at index: Int) -> Bool {
+            index < job.tokens.count && job.tokens[index] == token && job.template.collapseID == collapseID
+        }
+
+        func attemptsBefore(_ tokenIndex: Int) -> Int {
+            tokenAttempts.isEmpty ? max(0, job.attempts) : tokenAttempts[tokenIndex]
+        }
+
+        func setAttempts(_ tokenIndex: Int, _ attempts: Int) {
+            if tokenAttempts.isEmpty { tokenAttempts = Array(repeating: max(0, job.attempts), count: job.tokens.count) }
+            tokenAttempts[tokenIndex] = attempts
+        }
+    }
+
+    /// `apps`: each app's name (a job's `app` field) and job defaults, in lane order.
+    public init(policy: DeliveryPolicy, apps: [(name: String, defaults: JobDefaults)], seed: UInt64) {
+        self.policy = policy
+        lanes = apps.map { Lane(name: $0.name, defaults: $0.defaults) }
+        var names: [String: Int] = [:]
+        for (index, app) in apps.enumerated() where names[app.name] == nil { names[app.name] = index }
+        laneByName = names
+        random = SplitMix64(seed: seed)
+    }
+
+    // MARK: state read by the consumer
+
+    /// Tokens waiting in `lane` for a stream slot.
+    public func queued(lane: Int) -> Int { lanes[lane].queued }
+
+    /// Tokens waiting in every lane.
+    public var queuedTokens: Int { lanes.reduce(0) { $0 + $1.queued } }
+
+    public func isHeld(_ id: StreamEntryID) -> Bool { heldEntries.contains(id) }
+
+    /// Entries held: taken in and not yet confirmed acknowledged.
+    public var heldCount: Int { heldEntries.count }
+
+    /// Finished entries whose batch was not yet taken.
+    public var hasOutcomesToWrite: Bool { !finishing.isEmpty }
+
+    /// Every outcome taken and confirmed written (drain waits for this and for the pool).
+    public var writesSettled: Bool { finishing.isEmpty && unconfirmed.isEmpty }
+
+    public func isHalted(lane: Int) -> Bool { lanes[lane].halted }
+
+    // MARK: events: entries in
+
+    /// Entries read (`deliveries` nil) or claimed from another consumer (with their delivery
+    /// counts): decodes them, dead-letters the malformed and the hopeless, queues the rest.
+    public func entriesArrived(_ entries: [StreamRecord], deliveries: [StreamEntryID: Int]?, now: Int64) {
+        for entry in entries {
+            // Held from here on: every path below ends in a queued token or an outcome, and the
+            // entry leaves `heldEntries` only when its batch is confirmed.
+            guard heldEntries.insert(entry.id).inserted else { continue }
+            if deliveries != nil { counters.jobsReclaimed += 1 }
+            let fields = entry.fields
+            guard !fields.isEmpty else {
+                // Deleted while pending: nothing to deliver; acknowledge it.
+                finishing.append(EntryOutcome(entryID: entry.id))
+                continue
+            }
+            counters.jobsRead += 1
+            if let deliveries, let count = deliveries[entry.id], count > policy.maxDeliveries {
+                deadLetterEntry(entry.id, fields: fields, reason: "max_deliveries",
+                                message: "The entry was delivered to workers \(count) times without an outcome (more than --max-deliveries \(policy.maxDeliveries)); a worker may be crashing on it.",
+                                now: now)
+                continue
+            }
+            let appName = fields.first { $0.name == JobField.app }.map { String(decoding: $0.value, as: UTF8.self) }
+            guard let laneIndex = laneByName[appName.flatMap { $0.isEmpty ? nil : $0 } ?? WorkerApp.defaultName] else {
+                deadLetterEntry(entry.id, fields: fields, reason: "unknown_app",
+                                message: "The job names app \(DeadLetterText.quoted(appName ?? "")), which this worker is not configured for (apps: \(lanes.map(\.name).joined(separator: ", "))).",
+                                now: now)
+                continue
+            }
+            switch JobDecoder.decode(entryID: entry.id, fields: fields, defaults: lanes[laneIndex].defaults) {
+            case .failure(let error):
+                deadLetterEntry(entry.id, fields: fields, reason: error.code, message: error.description, now: now)
+            case .success(let job):
+                counters.unknownFields += job.unknownFields
+                admit(job, lane: laneIndex, now: now)
+            }
+        }
+    }
+
+    private func admit(_ job: Job, lane laneIndex: Int, now: Int64) {
+        let record = JobRecord(job: job, lane: laneIndex)
+        let index: Int
+        if let free = freeJobIndices.popLast() {
+            index = free
+            jobs[index] = record
+        } else {
+            index = jobs.count
+            jobs.append(record)
+        }
+        for token in job.invalidTokens {
+            record.deadLetters.append((token.token, token.error.code, token.error.description, 0, record.attemptsBefore(0)))
+        }
+        let origin = job.originID
+        let expired = DeliveryRules.hasExpired(job.template.expiration, by: now)
+        let readAttempts = max(0, job.attempts)
+        let spent = readAttempts >= policy.maxAttempts
+        for (tokenIndex, token) in job.tokens.enumerated() {
+            let context = UInt64(index) << 16 | UInt64(tokenIndex)
+            if expired {
+                // Already past its apns-expiration when read: never sent.
+                record.deadLetters.append((token, "expired", DeliveryRules.expiredWhenReadMessage(job.template.expiration), 0, readAttempts))
+                record.remaining -= 1
+                continue
+            }
+            if spent {
+                // Its entry already states every attempt allowed (e.g. --max-attempts was lowered): never sent again.
+                record.deadLetters.append((token, "max_attempts",
+                                           "The job had spent \(readAttempts) attempts when read (--max-attempts \(policy.maxAttempts)); it was not sent again.", 0, readAttempts))
+                record.remaining -= 1
+                continue
+            }
+            let collapseKey = job.template.collapseID.map { DeliveryRules.collapseKey($0, token) }
+            if let collapseKey, let newest = acceptedCollapse[collapseKey], newest > origin {
+                // A newer update with this collapse id already reached the device.
+                counters.superseded += 1
+                record.remaining -= 1
+                continue
+            }
+            if lanes[laneIndex].halted || draining {
+                // Refused credentials park the job (no attempt spent); a draining worker hands it back.
+                // Never queued, so never in `queuedCollapse`: nothing newer may supersede it there.
+                park(record, token: token, attempts: readAttempts, delay: draining ? 0 : policy.credentialsRetryMilliseconds, now: now)
+                record.remaining -= 1
+                continue
+            }
+            if let collapseKey, let collapseID = job.template.collapseID {
+                let key = collapseKey
+                if let older = queuedCollapse[key], let olderRecord = jobRecord(for: older),
+                   olderRecord.holds(token: token, collapseID: collapseID, at: Int(older & 0xFFFF)) {
+                    if olderRecord.job.originID < origin {
+                        olderRecord.markSuperseded(Int(older & 0xFFFF))
+                    } else {
+                        counters.superseded += 1
+                        record.remaining -= 1
+                        continue
+                    }
+                }
+                queuedCollapse[key] = context
+            }
+            lanes[laneIndex].queue.append(context)
+        }
+        if record.remaining <= 0 { finish(index, now: now) }
+    }
+
+    private func jobRecord(for context: UInt64) -> JobRecord? {
+        let index = Int(context >> 16)
+        return index < jobs.count ? jobs[index] : nil
+    }
+
+    /// The key of a collapsible notification: its collapse id and its device token (tokens are
+    /// lowercase from `JobDecoder` on, so no folding here).
+    static func collapseKey(_ collapseID: String, _ token: String) -> String {
+        collapseID + "\u{0}" + token
+    }
+
+    // MARK: events: a stream slot is free
+
+    /// The next notification for `lane`'s pool, or nil when none waits (or the app is halted).
+    /// Superseded tokens and tokens whose apns-expiration passed while they waited get their
+    /// outcome here instead of being returned.
+    public func nextSend(lane laneIndex: Int, now: Int64) -> NotificationSend? {
+        guard !lanes[laneIndex].halted else { return nil }
+        while let context = lanes[laneIndex].pop() {
+            let index = Int(context >> 16)
+            let tokenIndex = Int(context & 0xFFFF)
+            guard index < jobs.count, let record = jobs[index] else { continue }
+            let job = record.job
+            let token = job.tokens[tokenIndex]
+            if let collapseID = job.template.collapseID {
+                let key = DeliveryRules.collapseKey(collapseID, token)
+                if queuedCollapse[key] == context { queuedCollapse[key] = nil }
+                if !record.isSuperseded(tokenIndex), let newest = acceptedCollapse[key], newest > job.originID {
+                    // A resend must not deliver an older update after a newer one was accepted.
+                    record.markSuperseded(tokenIndex)
+                }
+            }
+            if record.isSuperseded(tokenIndex) {
+                counters.superseded += 1
+                complete(index, now: now)
+                continue
+            }
+            if DeliveryRules.hasExpired(job.template.expiration, by: now) {
+                record.deadLetters.append((token, "expired", DeliveryRules.expiredWhileWaitingMessage(job.template.expiration), 0,
+                                           record.attemptsBefore(tokenIndex)))
+                complete(index, now: now)
+                continue
+            }
+            counters.notificationsSent += 1
+            return NotificationSend(context: context, entryID: job.entryID, notification: job.notification(forToken: token),
+                                    attempts: record.attemptsBefore(tokenIndex))
+        }
+        return nil
+    }
+
+    /// The pool had no slot for `send` after all: it goes back first in line.
+    public func sendRefused(_ send: NotificationSend, lane laneIndex: Int) {
+        counters.notificationsSent -= 1
+        lanes[laneIndex].pushFront(send.context)
+        guard let record = jobRecord(for: send.context), let collapseID = record.job.template.collapseID else { return }
+        let key = DeliveryRules.collapseKey(collapseID, record.job.tokens[Int(send.context & 0xFFFF)])
+        if queuedCollapse[key] == nil { queuedCollapse[key] = send.context }
+    }
+
+    // MARK: events: APNs answered
+
+    /// APNs' answer (or the transport's verdict) for the notification sent with `context`, after
+    /// `attempts` counted attempts as the pool reports them. Returns true when the notification
+    /// was put first in its lane to be resent at once: the caller should offer that lane slots.
+    @discardableResult
+    public func answered(context: UInt64, attempts reported: Int, outcome: DeliveryOutcome, now: Int64) -> Bool {
+        let index = Int(context >> 16)
+        let tokenIndex = Int(context & 0xFFFF)
+        guard index < jobs.count, let record = jobs[index], tokenIndex < record.job.tokens.count else { return false }
+        let job = record.job
+        let token = job.tokens[tokenIndex]
+        let before = record.attemptsBefore(tokenIndex)
+        let attempts: Int
+        if case .credentialsRejected = outcome {
+            // Not the notification's fault: whatever the pool counted, no attempt is spent.
+            attempts = before
+        } else {
+            attempts = max(before, reported)
+        }
+        switch outcome {
+        case .accepted:
+            counters.accepted += 1
+            counters.endToEndLatency.record(milliseconds: now.subtractingSaturating(job.enqueuedAt))
+            if let collapseID = job.template.collapseID {
+                let key = DeliveryRules.collapseKey(collapseID, token)
+                if acceptedCollapse.count > 200_000 { acceptedCollapse.removeAll() }
+                if (acceptedCollapse[key] ?? StreamEntryID(milliseconds: 0, sequence: 0)) < job.originID {
+                    acceptedCollapse[key] = job.originID
+                }
+            }
+        case .deadToken(_, let reason, let timestamp):
+            counters.deadTokens += 1
+            record.feedback.append(FeedbackEntry.Draft(token: token, topic: job.template.topic, reason: reason.rawValue,
+                                                       timestamp: timestamp, job: job.origin))
+        case .permanent(let status, let reason):
+            let word = reason?.rawValue ?? "Status\(status)"
+            if status == 0 {
+                // Herald's own verdict, before APNs saw it (e.g. headers larger than the header area).
+                record.deadLetters.append((token, word, "Herald did not send the notification: its request headers do not fit in the 16 KiB header area of a request.", 0, attempts))
+            } else {
+                record.deadLetters.append((token, word, "APNs rejected the notification: \(status) \(word).", status, attempts))
+            }
+        case .retryTokenLater(let reason):
+            retryLater(record, token: token, attempts: attempts, status: 429, reason: reason?.rawValue ?? "TooManyRequests",
+                       delay: Backoff.tokenRetry.delayMilliseconds(afterFailures: max(1, attempts), using: &random), now: now)
+        case .retryOnAnotherConnection(let cause):
+            let (status, word) = DeliveryRules.describe(cause)
+            if !cause.countsAsAttempt || attempts <= policy.immediateRetries {
+                if resendNow(record, index: index, tokenIndex: tokenIndex, attempts: attempts, status: status, reason: word, now: now) {
+                    return true
+                }
+            } else {
+                retryLater(record, token: token, attempts: attempts, status: status, reason: word,
+                           delay: Backoff.reconnect.delayMilliseconds(afterFailures: max(1, attempts), using: &random), now: now)
+            }
+        case .refreshProviderToken:
+            // The pool already resent once with a fresh token; this is the answer after that.
+            retryLater(record, token: token, attempts: attempts, status: 403, reason: "ExpiredProviderToken",
+                       delay: Backoff.reconnect.delayMilliseconds(afterFailures: max(1, attempts), using: &random), now: now)
+        case .providerTokenUpdatesThrottled:
+            retryLater(record, token: token, attempts: attempts, status: 429, reason: "TooManyProviderTokenUpdates",
+                       delay: policy.tokenUpdatesThrottledMilliseconds, now: now)
+        case .credentialsRejected:
+            park(record, token: token, attempts: attempts, delay: policy.credentialsRetryMilliseconds, now: now)
+        }
+        complete(index, now: now)
+        return false
+    }
+
+    /// What a retry's reason says about a transport cause: (status, word).
+    static func describe(_ cause: RetryCause) -> (Int, String) {
+        switch cause {
+        case .status(let status, let reason): return (status, reason?.rawValue ?? "Status\(status)")
+        case .goAway: return (0, "GoAway")
+        case .streamReset(let code): return (0, "StreamReset\(code)")
+        case .connectionLost: return (0, "ConnectionLost")
+        case .refusedStream: return (0, "RefusedStream")
+        case .responseTimeout: return (0, "ResponseTimeout")
+        }
+    }
+
+    /// A counted transport or 5xx failure within `immediateRetries`: first in line again on the
+    /// pool, unless the notification is spent, expired, or the worker cannot send it now (then
+    /// the retry set). Returns true when it was queued (no outcome yet).
+    private func resendNow(_ record: JobRecord, index: Int, tokenIndex: Int, attempts: Int, status: Int, reason: String,
+                           now: Int64) -> Bool {
+        let token = record.job.tokens[tokenIndex]
+        if let verdict = giveUp(record, attempts: attempts, status: status, reason: reason, dueAt: now, now: now) {
+            record.deadLetters.append((token, verdict.reason, verdict.message, status, attempts))
+            return false
+        }
+        if draining || lanes[record.lane].halted {
+            // Nothing more is sent by this worker (or for this app): the retry set, due now.
+            retryLater(record, token: token, attempts: attempts, status: status, reason: reason,
+                       delay: lanes[record.lane].halted ? policy.credentialsRetryMilliseconds : 0, now: now)
+            return false
+        }
+        record.setAttempts(tokenIndex, attempts)
+        lanes[record.lane].pushFront(UInt64(index) << 16 | UInt64(tokenIndex))
+        return true
+    }
+
+    private func retryLater(_ record: JobRecord, token: String, attempts: Int, status: Int, reason: String, delay: Int64, now: Int64) {
+        if let verdict = giveUp(record, attempts: attempts, status: status, reason: reason, dueAt: now.addingSaturating(max(0, delay)), now: now) {
+            record.deadLetters.append((token, verdict.reason, verdict.message, status, attempts))
+            return
+        }
+        if record.job.template.expiration == 0 {
+            record.deadLetters.append((token, "expired",
+                                       "The notification has apns-expiration 0 (deliver now or never) and APNs did not take it; the answer was \(status) \(reason).", status, attempts))
+            return
+        }
+        record.retryTokens.append(token)
+        record.retryAttempts = max(record.retryAttempts, attempts)
+        record.retryDelay = max(record.retryDelay, delay)
+    }
+
+    /// Why a notification that failed with `status reason` cannot be tried again at `dueAt`, if so.
+    private func giveUp(_ record: JobRecord, attempts: Int, status: Int, reason: String, dueAt: Int64, now: Int64)
+        -> (reason: String, message: String)? {
+        if attempts >= policy.maxAttempts {
+            return ("max_attempts", "Gave up after \(attempts) attempts (--max-attempts \(policy.maxAttempts)); the last answer was \(status) \(reason).")
+        }
+        if let expiration = record.job.template.expiration, DeliveryRules.hasExpired(expiration, by: dueAt) {
+            return ("expired", "The notification's apns-expiration (\(expiration)) passes before it could be retried; the last answer was \(status) \(reason).")
+        }
+        return nil
+    }
+
+    /// Whether apns-expiration `expiration` (UNIX seconds; 0 means "now or never", not a time)
+    /// has passed by `milliseconds` (saturating: a value too large to be a time in ms is "far away").
+    static func hasExpired(_ expiration: Int64?, by milliseconds: Int64) -> Bool {
+        guard let expiration, expiration > 0 else { return false }
+        return expiration.multipliedSaturating(by: 1000) <= milliseconds
+    }
+
+    static func expiredWhenReadMessage(_ expiration: Int64?) -> String {
+        "The notification's apns-expiration (\(expiration ?? 0)) had passed when the worker read it; it was never sent."
+    }
+
+    static func expiredWhileWaitingMessage(_ expiration: Int64?) -> String {
+        "The notification's apns-expiration (\(expiration ?? 0)) passed while it waited for a stream slot; it was not sent."
+    }
+
+    /// A token back to the retry set without a counted failure (no attempt spent), unless its
+    /// apns-expiration passes before it would be due.
+    @discardableResult
+    private func park(_ record: JobRecord, token: String, attempts: Int, delay: Int64, now: Int64) -> Bool {
+        if let expiration = record.job.template.expiration, DeliveryRules.hasExpired(expiration, by: now.addingSaturating(max(0, delay))) {
+            record.deadLetters.append((token, "expired",
+                                       "The notification's apns-expiration (\(expiration)) passes before it could be sent again.", 0, attempts))
+            return false
+        }
+        record.retryTokens.append(token)
+        record.retryAttempts = max(record.retryAttempts, attempts)
+        record.handedBack += 1
+        record.retryDelay = max(record.retryDelay, delay)
+        return true
+    }
+
+    private func complete(_ index: Int, now: Int64) {
+        guard let record = jobs[index] else { return }
+        record.remaining -= 1
+        if record.remaining <= 0 { finish(index, now: now) }
+    }
+
+    // MARK: events: credentials, drain
+
+    /// APNs refused `lane`'s credentials: every token of that app not yet answered (queued here,
+    /// or `unsent` ones the pool held for resending) goes to the retry set, no attempt spent.
+    /// Returns how many were parked.
+    @discardableResult
+    public func credentialsHalted(lane laneIndex: Int, unsent: [UInt64], now: Int64) -> Int {
+        lanes[laneIndex].halted = true
+        var contexts = Array(lanes[laneIndex].takeAll())
+        contexts.append(contentsOf: unsent)
+        return handBack(contexts, delay: policy.credentialsRetryMilliseconds, now: now)
+    }
+
+    /// `lane`'s credentials work again: its jobs are read and sent again.
+    public func credentialsResumed(lane laneIndex: Int) {
+        lanes[laneIndex].halted = false
+    }
+
+    /// Stops sending: every token still waiting for a slot goes back to the retry set, due now, so
+    /// other workers take it at once; tokens taken in later are handed back the same way.
+    /// Returns how many were handed back.
+    @discardableResult
+    public func drain(now: Int64) -> Int {
+        draining = true
+        var contexts: [UInt64] = []
+        for index in lanes.indices { contexts.append(contentsOf: lanes[index].takeAll()) }
+        return handBack(contexts, delay: 0, now: now)
+    }
+
+    /// Puts unsent tokens in their jobs' retry entries (no attempt spent), each due after `delay`,
+    /// and completes them; returns how many were handed back (superseded ones are not).
+    private func handBack(_ contexts: [UInt64], delay: Int64, now: Int64) -> Int {
+        var handedBack = 0
+        for context in contexts {
+            let index = Int(context >> 16)
+            guard index < jobs.count, let record = jobs[index] else { continue }
+            let tokenIndex = Int(context & 0xFFFF)
+            forgetQueued(record, tokenIndex: tokenIndex, context: context)
+            if record.isSuperseded(tokenIndex) {
+                counters.superseded += 1
+            } else {
+                if park(record, token: record.job.tokens[tokenIndex], attempts: record.attemptsBefore(tokenIndex), delay: delay, now: now) {
+                    handedBack += 1
+                }
+            }
+            complete(index, now: now)
+        }
+        return handedBack
+    }
+
+    /// A token leaves its lane unsent: a newer job for its collapse id must no longer find it there
+    /// (its job slot is reused once the job finishes).
+    private func forgetQueued(_ record: JobRecord, tokenIndex: Int, context: UInt64) {
+        guard let collapseID = record.job.template.collapseID else { return }
+        let key = DeliveryRules.collapseKey(collapseID, record.job.tokens[tokenIndex])
+        if queuedCollapse[key] == context { queuedCollapse[key] = nil }
+    }
+
+    // MARK: finishing entries
+
+    private func finish(_ index: Int, now: Int64) {
+        guard let record = jobs[index] else { return }
+        jobs[index] = nil
+        freeJobIndices.append(index)
+        counters.jobsFinished += 1
+        let job = record.job
+        let dueAt = now.addingSaturating(record.retryDelay)
+        if !record.retryTokens.isEmpty, DeliveryRules.hasExpired(job.template.expiration, by: dueAt) {
+            // The job ends later than its tokens were put back: its retry would now be due after its expiration.
+            for token in record.retryTokens {
+                record.deadLetters.append((token, "expired",
+                                           "The notification's apns-expiration (\(job.template.expiration ?? 0)) passes before it could be retried.",
+                                           0, record.retryAttempts))
+            }
+            record.retryTokens = []
+            record.handedBack = 0
+        }
+        if record.feedback.isEmpty && record.deadLetters.isEmpty && record.retryTokens.isEmpty {
+            // Every token accepted or superseded (the usual job): only the acknowledgement.
+            finishing.append(EntryOutcome(entryID: job.entryID))
+            return
+        }
+        var writes: [OutcomeWrite] = []
+        for draft in record.feedback { writes.append(.feedback(draft)) }
+        // One dead-letter entry per reason, holding the tokens that got it.
+        var order: [(reason: String, message: String, status: Int, attempts: Int, tokens: [String])] = []
+        for entry in record.deadLetters {
+            if let position = order.firstIndex(where: { $0.reason == entry.reason }) {
+                order[position].tokens.append(entry.token)
+                order[position].attempts = max(order[position].attempts, entry.attempts)
+            } else {
+                order.append((entry.reason, entry.message, entry.status, entry.attempts, [entry.token]))
+            }
+        }
+        for group in order {
+            counters.deadLettered += group.tokens.count
+            counters.deadLetteredByReason[DeadLetterText.countingKey(reason: group.reason), default: 0] += group.tokens.count
+            // Some of a fan-out job's tokens: like a retry, the letter carries the id its apns-ids
+            // derive from as id_base, so a requeued letter of one token does not send the raw id.
+            let idBase = job.explicitAPNsID == nil && job.apnsIDBase != job.origin ? job.apnsIDBase : nil
+            writes.append(.deadLetter(DeadLetter.Draft(
+                fields: job.fields, tokens: group.tokens, reason: group.reason, message: group.message, status: group.status,
+                attempts: group.attempts, failedAt: now, origin: job.origin, idBase: idBase)))
+        }
+        if !record.retryTokens.isEmpty {
+            counters.retried += record.retryTokens.count - record.handedBack
+            counters.handedBack += record.handedBack
+            let retryID = "\(job.entryID)/\(record.retryAttempts)/\(UInt32.random(in: .min ... .max, using: &random))"
+            writes.append(.retry(RetryEntry(job: job, tokens: record.retryTokens, attempts: record.retryAttempts, retryID: retryID,
+                                            dueAt: dueAt)))
+        }
+        finishing.append(EntryOutcome(entryID: job.entryID, writes: writes))
+    }
+
+    /// A malformed or hopeless entry: dead-letter it whole.
+    private func deadLetterEntry(_ id: StreamEntryID, fields: [(name: String, value: [UInt8])], reason: String, message: String,
+                                 now: Int64) {
+        counters.deadLettered += 1
+        counters.deadLetteredByReason[DeadLetterText.countingKey(reason: reason), default: 0] += 1
+        counters.jobsFinished += 1
+        let draft = DeadLetter.Draft(fields: fields, tokens: nil, reason: reason, message: message, status: 0, attempts: 0,
+                                     failedAt: now)
+        finishing.append(EntryOutcome(entryID: id, writes: [.deadLetter(draft)]))
+    }
+
+    // MARK: events: writes
+
+    /// The end of a loop tick: every entry finished since the last batch, with its writes, as one
+    /// batch to write and acknowledge in one transaction. Its entries stay held until `confirmed`.
+    public func takeBatch() -> OutcomeBatch? {
+        guard !finishing.isEmpty else { return nil }
+        let batch = OutcomeBatch(sequence: nextBatchSequence, entries: finishing)
+        nextBatchSequence += 1
+        finishing.removeAll(keepingCapacity: true)
+        unconfirmed.append(batch)
+        return batch
+    }
+
+    /// Redis confirmed batch `sequence` (EXEC answered): its entries are released.
+    public func confirmed(_ sequence: UInt64) {
+        guard let position = unconfirmed.firstIndex(where: { $0.sequence == sequence }) else { return }
+        let batch = unconfirmed.remove(at: position)
+        for entry in batch.entries { heldEntries.remove(entry.entryID) }
+    }
+
+    /// Redis is back after a lost connection: the batches it never confirmed, to write again
+    /// (in order) before anything is read; their entries stay held meanwhile.
+    public func redisReconnected() -> [OutcomeBatch] {
+        unconfirmed
+    }
+}

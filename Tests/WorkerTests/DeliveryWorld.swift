@@ -1,0 +1,467 @@
+import APNs
+import Queue
+import Worker
+
+/// A world around `DeliveryRules` with no Redis and no sockets: a job stream, two apps' pools that
+/// hold what was sent until the test answers it, and a Redis that applies a batch of outcome
+/// writes only when the test confirms it (or drops it when the connection is lost).
+///
+/// The world is driven by steps (one `UInt64` each, decoded into an event and its parameters) and
+/// checks the rules' invariants at every event and after `settle()`; each broken invariant is
+/// recorded in `violations` with what happened.
+final class DeliveryWorld {
+    let policy: DeliveryPolicy
+    let rules: DeliveryRules
+    var now: Int64 = 1_800_000_000_000
+    private(set) var violations: [String] = []
+    private(set) var log: [String] = []
+
+    static let apps = ["default", "second"]
+    /// Few tokens, so collapse ids meet: 64 hex digits each.
+    static let tokenPool: [String] = (0..<6).map { String(repeating: "a7", count: 28) + String(format8: UInt32($0)) }
+
+    /// What the world knows of each notification (entry, token).
+    struct Note {
+        let entry: StreamEntryID
+        let token: String
+        let collapseID: String?
+        let expiration: Int64?
+        /// Attempts spent: the job's own, then one per counted failure or acceptance.
+        var spent: Int
+        var accepted = false
+        var sends = 0
+    }
+
+    /// One entry the world put on the stream and what it expects of it.
+    struct Entry {
+        let id: StreamEntryID
+        let fields: [(name: String, value: [UInt8])]
+        /// Valid tokens, in job order; invalid ones are dead-lettered at once.
+        let tokens: [String]
+        let invalidTokens: [String]
+        /// Expected to be dead-lettered whole (malformed, unknown app, delivered too often).
+        let wholeReason: String?
+        let initialAttempts: Int
+        let collapseID: String?
+        let expiration: Int64?
+    }
+
+    private(set) var entries: [StreamEntryID: Entry] = [:]
+    private var entryOrder: [StreamEntryID] = []
+    private var notes: [String: Note] = [:]
+    private var nextSequence: UInt64 = 0
+
+    /// Sent and not yet answered, per app: the pool's streams.
+    private var inFlight: [[NotificationSend]] = [[], []]
+    /// Taken batches written to Redis whose EXEC has not answered, oldest first.
+    private var written: [OutcomeBatch] = []
+    private var connected = true
+    /// Batch sequences Redis applied, and each entry's outcome as applied.
+    private var applied: Set<UInt64> = []
+    private var outcomes: [StreamEntryID: EntryOutcome] = [:]
+    /// Entries whose outcome the rules produced (taken in a batch): nothing of theirs may be sent after.
+    private var finalized: Set<StreamEntryID> = []
+    private var halted = [false, false]
+
+    init(maxAttempts: Int, immediateRetries: Int, maxDeliveries: Int, seed: UInt64) {
+        var policy = DeliveryPolicy()
+        policy.maxAttempts = maxAttempts
+        policy.immediateRetries = immediateRetries
+        policy.maxDeliveries = maxDeliveries
+        self.policy = policy
+        var defaults = JobDefaults(bundleID: "com.example.app")
+        defaults.apnsIDNamespace = "default"
+        rules = DeliveryRules(policy: policy, apps: DeliveryWorld.apps.map { ($0, defaults) }, seed: seed)
+    }
+
+    private func violation(_ text: String) {
+        violations.append(text + "\n  events: " + log.suffix(12).joined(separator: " | "))
+    }
+
+    private static func key(_ entry: StreamEntryID, _ token: String) -> String { "\(entry)/\(token)" }
+
+    // MARK: steps
+
+    func step(_ word: UInt64) {
+        var random = SplitMix64(seed: word)
+        switch word % 16 {
+        case 0, 1, 2: read(count: Int(random.next() % 3) + 1, claimedDeliveries: nil, &random)
+        case 3: read(count: Int(random.next() % 2) + 1, claimedDeliveries: Int(random.next() % UInt64(policy.maxDeliveries + 2)) + 1, &random)
+        case 4, 5, 6: pump(lane: Int(random.next() % 2), slots: Int(random.next() % 8) + 1, refuseLast: random.next() % 5 == 0)
+        case 7, 8, 9: answerOne(&random)
+        case 10: tick()
+        case 11: confirmOldest()
+        case 12: loseConnection()
+        case 13: reconnect()
+        case 14:
+            now += random.next() % 4 == 0 ? Int64(random.next() % 120_000) : Int64(random.next() % 3_000)
+            log.append("now \(now)")
+        default:
+            switch random.next() % 10 {
+            case 0, 1, 2: halt(lane: Int(random.next() % 2))
+            case 3, 4, 5, 6: resume(lane: Int(random.next() % 2))
+            case 7: drain()
+            default: break
+            }
+        }
+    }
+
+    // MARK: entries in
+
+    private func makeEntry(_ random: inout SplitMix64, claimedDeliveries: Int?) -> Entry {
+        nextSequence += 1
+        let id = StreamEntryID(milliseconds: UInt64(now), sequence: nextSequence)
+        var fields: [(name: String, value: [UInt8])] = []
+        let tokenCount = Int(random.next() % 3) + 1
+        var pool = DeliveryWorld.tokenPool
+        var tokens: [String] = []
+        for _ in 0..<tokenCount { tokens.append(pool.remove(at: Int(random.next() % UInt64(pool.count)))) }
+        var invalid: [String] = []
+        if tokenCount > 1, random.next() % 6 == 0 { invalid.append("zz-not-hex") }
+        let all = tokens + invalid
+        if all.count == 1 { fields.append(("token", Array(all[0].utf8))) } else { fields.append(("tokens", Array(all.joined(separator: ",").utf8))) }
+        let malformed = random.next() % 15 == 0
+        if !malformed { fields.append(("payload", Array("{\"aps\":{\"alert\":\"\(id)\"}}".utf8))) }
+        let collapseID: String? = [nil, nil, "score", "news"][Int(random.next() % 4)]
+        if let collapseID { fields.append(("collapse_id", Array(collapseID.utf8))) }
+        let seconds = now / 1000
+        let expiration: Int64? = [nil, nil, 0, seconds - 5, seconds + 2, seconds + 40, seconds + 3_600, Notification.maxExpiration][Int(random.next() % 8)]
+        if let expiration { fields.append(("expiration", Array(String(expiration).utf8))) }
+        let attempts = Int(random.next() % UInt64(policy.maxAttempts + 2))
+        if attempts > 0 { fields.append(("attempts", Array(String(attempts).utf8))) }
+        let appChoice = random.next() % 8
+        var unknownApp = false
+        if appChoice == 0 { fields.append(("app", Array("second".utf8))) }
+        if appChoice == 1 { fields.append(("app", Array("nobody".utf8))); unknownApp = true }
+        var whole: String? = nil
+        if let claimedDeliveries, claimedDeliveries > policy.maxDeliveries { whole = "max_deliveries" }
+        else if unknownApp { whole = "unknown_app" }
+        else if malformed { whole = "missing_payload" }
+        return Entry(id: id, fields: fields, tokens: tokens, invalidTokens: invalid, wholeReason: whole,
+                     initialAttempts: attempts, collapseID: collapseID, expiration: expiration)
+    }
+
+    private func read(count: Int, claimedDeliveries: Int?, _ random: inout SplitMix64) {
+        var records: [StreamRecord] = []
+        var deliveries: [StreamEntryID: Int] = [:]
+        for _ in 0..<count {
+            let entry = makeEntry(&random, claimedDeliveries: claimedDeliveries)
+            entries[entry.id] = entry
+            entryOrder.append(entry.id)
+            for token in entry.tokens {
+                notes[DeliveryWorld.key(entry.id, token)] = Note(entry: entry.id, token: token, collapseID: entry.collapseID,
+                                                                 expiration: entry.expiration, spent: entry.initialAttempts)
+            }
+            records.append(StreamRecord(id: entry.id, fields: entry.fields))
+            if let claimedDeliveries { deliveries[entry.id] = claimedDeliveries }
+        }
+        log.append("\(claimedDeliveries == nil ? "read" : "claim") \(records.map(\.id))")
+        rules.entriesArrived(records, deliveries: claimedDeliveries == nil ? nil : deliveries, now: now)
+    }
+
+    /// Re-reads the pending list (after a reconnect): every entry not yet acknowledged in Redis
+    /// comes again. The rules must take none of them in twice.
+    private func rereadPending() {
+        let pending = entryOrder.filter { outcomes[$0] == nil }.compactMap { entries[$0] }
+        guard !pending.isEmpty else { return }
+        let before = rules.counters
+        rules.entriesArrived(pending.map { StreamRecord(id: $0.id, fields: $0.fields) }, deliveries: nil, now: now)
+        if rules.counters.jobsRead != before.jobsRead || rules.counters.jobsFinished != before.jobsFinished {
+            violation("re-reading the pending list took in held entries again: \(before.jobsRead) -> \(rules.counters.jobsRead) read")
+        }
+    }
+
+    // MARK: sending and answers
+
+    private func pump(lane: Int, slots: Int, refuseLast: Bool) {
+        var sent = 0
+        while sent < slots, let send = rules.nextSend(lane: lane, now: now) {
+            if refuseLast && sent == slots - 1 {
+                rules.sendRefused(send, lane: lane)
+                break
+            }
+            checkSend(send, lane: lane)
+            inFlight[lane].append(send)
+            sent += 1
+        }
+        if sent > 0 { log.append("pump \(lane) x\(sent)") }
+    }
+
+    private func checkSend(_ send: NotificationSend, lane: Int) {
+        let token = send.notification.deviceToken
+        let key = DeliveryWorld.key(send.entryID, token)
+        guard var note = notes[key], let entry = entries[send.entryID] else {
+            violation("sent a notification the world never enqueued: \(send.entryID) \(token)")
+            return
+        }
+        if halted[lane] { violation("sent \(key) on app \(lane) while its credentials are halted") }
+        if rules.draining { violation("sent \(key) while draining") }
+        if finalized.contains(send.entryID) { violation("sent \(key) after its entry's outcome was taken for acknowledgement") }
+        if note.accepted { violation("sent \(key) again after APNs accepted it") }
+        if let expiration = entry.expiration, expiration > 0, expiration <= Int64.max / 1000, expiration * 1000 <= now {
+            violation("sent \(key) at \(now) after its apns-expiration \(expiration)")
+        }
+        if send.attempts >= policy.maxAttempts { violation("sent \(key) with \(send.attempts) attempts spent (max \(policy.maxAttempts))") }
+        if send.attempts != note.spent { violation("sent \(key) stating \(send.attempts) attempts; the world counts \(note.spent)") }
+        let expectedLane = entry.fields.contains { $0.name == "app" && $0.value == Array("second".utf8) } ? 1 : 0
+        if lane != expectedLane { violation("sent \(key) on app \(lane), its job names app \(expectedLane)") }
+        note.sends += 1
+        notes[key] = note
+    }
+
+    /// The outcomes a pool can report, and whether each spends an attempt (as the pool counts it).
+    static let answers: [(outcome: DeliveryOutcome, counts: Bool)] = [
+        (.accepted, true), (.accepted, true), (.accepted, true), (.accepted, true),
+        (ResponseClassifier.classify(status: 400, reason: .badDeviceToken, timestamp: nil), true),
+        (ResponseClassifier.classify(status: 410, reason: .unregistered, timestamp: 1_799_999_000_000), true),
+        (ResponseClassifier.classify(status: 400, reason: .badTopic, timestamp: nil), true),
+        (ResponseClassifier.classify(status: 413, reason: .payloadTooLarge, timestamp: nil), true),
+        (ResponseClassifier.classify(status: 429, reason: .tooManyRequests, timestamp: nil), true),
+        (ResponseClassifier.classify(status: 500, reason: .internalServerError, timestamp: nil), true),
+        (ResponseClassifier.classify(status: 503, reason: .serviceUnavailable, timestamp: nil), true),
+        (ResponseClassifier.classify(status: 400, reason: .idleTimeout, timestamp: nil), true),
+        (.retryOnAnotherConnection(.streamReset(errorCode: 2)), true),
+        (.retryOnAnotherConnection(.connectionLost), true),
+        (.retryOnAnotherConnection(.responseTimeout), true),
+        (.retryOnAnotherConnection(.goAway(notProcessed: false)), true),
+        (.retryOnAnotherConnection(.goAway(notProcessed: true)), false),
+        (.retryOnAnotherConnection(.refusedStream), false),
+        (ResponseClassifier.classify(status: 403, reason: .expiredProviderToken, timestamp: nil), true),
+        (ResponseClassifier.classify(status: 429, reason: .tooManyProviderTokenUpdates, timestamp: nil), true),
+        (ResponseClassifier.classify(status: 403, reason: .invalidProviderToken, timestamp: nil), false),
+    ]
+
+    private func answerOne(_ random: inout SplitMix64) {
+        let lane = Int(random.next() % 2)
+        guard !inFlight[lane].isEmpty else { return }
+        let send = inFlight[lane].remove(at: Int(random.next() % UInt64(inFlight[lane].count)))
+        let picked = DeliveryWorld.answers[Int(random.next() % UInt64(DeliveryWorld.answers.count))]
+        // A pool may even count a credentials fault; the rules must not believe it.
+        var bump = picked.counts ? 1 : 0
+        if case .credentialsRejected = picked.outcome { bump = Int(random.next() % 2) }
+        answer(send, lane: lane, outcome: picked.outcome, counts: picked.counts, reported: send.attempts + bump)
+    }
+
+    private func answer(_ send: NotificationSend, lane: Int, outcome: DeliveryOutcome, counts: Bool, reported: Int) {
+        let key = DeliveryWorld.key(send.entryID, send.notification.deviceToken)
+        log.append("answer \(key.suffix(20)) \(outcome)")
+        if case .credentialsRejected = outcome, !halted[lane] {
+            // The pool stops sending before it reports the answer, and hands over what it held.
+            haltLane(lane, handingOver: Int(reported % 3))
+        }
+        if counts, var note = notes[key] {
+            note.spent = max(note.spent, reported)
+            if outcome == .accepted { note.accepted = true }
+            notes[key] = note
+        }
+        rules.answered(context: send.context, attempts: reported, outcome: outcome, now: now)
+    }
+
+    // MARK: credentials, drain
+
+    private func halt(lane: Int) {
+        guard !halted[lane] else { return }
+        haltLane(lane, handingOver: 1)
+    }
+
+    private func haltLane(_ lane: Int, handingOver count: Int) {
+        halted[lane] = true
+        // Requests the pool queued for resending (never sent) come back with the halt.
+        let handed = Array(inFlight[lane].prefix(count))
+        inFlight[lane].removeFirst(handed.count)
+        log.append("halt \(lane) handing over \(handed.count)")
+        rules.credentialsHalted(lane: lane, unsent: handed.map(\.context), now: now)
+        if rules.queued(lane: lane) != 0 { violation("app \(lane) halted with \(rules.queued(lane: lane)) still queued") }
+    }
+
+    private func resume(lane: Int) {
+        guard halted[lane] else { return }
+        halted[lane] = false
+        log.append("resume \(lane)")
+        rules.credentialsResumed(lane: lane)
+    }
+
+    private func drain() {
+        guard !rules.draining else { return }
+        log.append("drain")
+        rules.drain(now: now)
+        if rules.queuedTokens != 0 { violation("drain left \(rules.queuedTokens) queued") }
+    }
+
+    // MARK: writes
+
+    private func tick() {
+        guard let batch = rules.takeBatch() else { return }
+        log.append("tick batch \(batch.sequence) x\(batch.entries.count)")
+        for entry in batch.entries {
+            if finalized.contains(entry.entryID) { violation("entry \(entry.entryID) finished twice") }
+            finalized.insert(entry.entryID)
+            for lane in 0..<2 where inFlight[lane].contains(where: { $0.entryID == entry.entryID }) {
+                violation("entry \(entry.entryID) taken for acknowledgement while one of its notifications is in flight")
+            }
+            check(entry)
+        }
+        if connected { written.append(batch) }
+    }
+
+    private func confirmOldest() {
+        guard connected, !written.isEmpty else { return }
+        apply(written.removeFirst())
+    }
+
+    private func apply(_ batch: OutcomeBatch) {
+        log.append("exec \(batch.sequence)")
+        guard applied.insert(batch.sequence).inserted else {
+            violation("batch \(batch.sequence) written again after Redis confirmed it")
+            return
+        }
+        for entry in batch.entries {
+            if outcomes[entry.entryID] != nil { violation("entry \(entry.entryID) acknowledged twice") }
+            outcomes[entry.entryID] = entry
+            if !rules.isHeld(entry.entryID) { violation("entry \(entry.entryID) released before its batch was confirmed") }
+        }
+        rules.confirmed(batch.sequence)
+        for entry in batch.entries where rules.isHeld(entry.entryID) {
+            violation("entry \(entry.entryID) still held after its batch was confirmed")
+        }
+    }
+
+    private func loseConnection() {
+        guard connected else { return }
+        log.append("redis lost (\(written.count) unconfirmed)")
+        connected = false
+        written = []
+    }
+
+    private func reconnect() {
+        guard !connected else { return }
+        log.append("redis back")
+        connected = true
+        written = rules.redisReconnected()
+        rereadPending()
+    }
+
+    // MARK: invariants of one entry's outcome
+
+    /// The outcome of one entry: every notification of it exactly once, in a form Redis can hold.
+    private func check(_ outcome: EntryOutcome) {
+        guard let entry = entries[outcome.entryID] else {
+            violation("an outcome for \(outcome.entryID), which the world never enqueued")
+            return
+        }
+        if let reason = entry.wholeReason {
+            let letters = outcome.writes.compactMap { if case .deadLetter(let draft) = $0 { draft } else { nil } }
+            if outcome.writes.count != 1 || letters.first?.reason != reason || letters.first?.tokens != nil {
+                violation("entry \(entry.id) should be dead-lettered whole as \(reason): \(outcome.writes)")
+            }
+            return
+        }
+        var seen: [String: String] = [:]
+        func record(_ token: String, _ what: String) {
+            if let earlier = seen[token] { violation("\(entry.id) token \(token.suffix(8)) ended twice: \(earlier) and \(what)") }
+            seen[token] = what
+        }
+        /// The attempts a write of `tokens` must state: the most any of them spent (credential faults spend none).
+        func expectedAttempts(_ tokens: [String]) -> Int {
+            tokens.reduce(0) { max($0, notes[DeliveryWorld.key(entry.id, $1)]?.spent ?? entry.initialAttempts) }
+        }
+        for token in entry.tokens where notes[DeliveryWorld.key(entry.id, token)]?.accepted == true { record(token, "accepted") }
+        for write in outcome.writes {
+            switch write {
+            case .feedback(let draft):
+                record(draft.token, "feedback")
+                if draft.job != entry.id.description { violation("feedback for \(draft.token) names job \(draft.job), not \(entry.id)") }
+            case .deadLetter(let draft):
+                guard let tokens = draft.tokens else { violation("a job's dead letter without tokens: \(entry.id)"); continue }
+                for token in tokens { record(token, "dead letter \(draft.reason)") }
+                if draft.reason.isEmpty { violation("dead letter without a reason for \(entry.id)") }
+                if draft.attempts > policy.maxAttempts && entry.initialAttempts <= policy.maxAttempts {
+                    violation("dead letter of \(entry.id) states \(draft.attempts) attempts (max \(policy.maxAttempts))")
+                }
+                if draft.attempts != expectedAttempts(tokens) {
+                    violation("dead letter of \(entry.id) states \(draft.attempts) attempts; the world counts \(expectedAttempts(tokens))")
+                }
+                if draft.reason == "expired", let expiration = entry.expiration, expiration != 0, expiration <= Int64.max / 1000,
+                   expiration * 1000 > now + 3_600_000 {
+                    violation("\(entry.id) dead-lettered as expired with apns-expiration \(expiration) an hour away")
+                }
+            case .retry(let retry):
+                for token in retry.tokens { record(token, "retry set") }
+                if retry.attempts >= policy.maxAttempts {
+                    violation("retry of \(entry.id) with \(retry.attempts) attempts spent (max \(policy.maxAttempts))")
+                }
+                if retry.attempts != expectedAttempts(retry.tokens) {
+                    violation("retry of \(entry.id) states \(retry.attempts) attempts; the world counts \(expectedAttempts(retry.tokens)) (credential faults spend none)")
+                }
+                if let expiration = entry.expiration, expiration > 0, expiration <= Int64.max / 1000, expiration * 1000 <= retry.dueAt {
+                    violation("retry of \(entry.id) due at \(retry.dueAt), after its apns-expiration \(expiration)")
+                }
+            }
+        }
+        for token in entry.invalidTokens where seen[token] == nil { violation("invalid token \(token) of \(entry.id) got no dead letter") }
+        for token in entry.tokens where seen[token] == nil {
+            // Neither accepted nor written: superseded, which needs a newer job for the same token and collapse id.
+            guard let collapseID = entry.collapseID,
+                  entryOrder.contains(where: { $0 > entry.id && entries[$0]?.collapseID == collapseID && entries[$0]?.tokens.contains(token) == true })
+            else {
+                let note = notes[DeliveryWorld.key(entry.id, token)]
+                violation("\(entry.id) token \(token.suffix(8)) has no outcome (not accepted, written, or superseded by a newer job): "
+                          + "collapse \(entry.collapseID ?? "-") expiration \(entry.expiration.map(String.init) ?? "-") sends \(note?.sends ?? -1) writes \(outcome.writes)")
+                continue
+            }
+            superseded += 1
+        }
+    }
+    private(set) var superseded = 0
+
+    // MARK: the end
+
+    /// Lets everything finish: Redis back, the apps' credentials as they are, every send
+    /// answered 200, every batch confirmed; then checks that nothing is left and the counts balance.
+    func settle() {
+        if !connected { reconnect() }
+        var rounds = 0
+        while rounds < 1_000 {
+            rounds += 1
+            for lane in 0..<2 { pump(lane: lane, slots: 1_000, refuseLast: false) }
+            for lane in 0..<2 {
+                while let send = inFlight[lane].first {
+                    inFlight[lane].removeFirst()
+                    answer(send, lane: lane, outcome: .accepted, counts: true, reported: send.attempts + 1)
+                }
+            }
+            tick()
+            while !written.isEmpty { confirmOldest() }
+            if rules.queuedTokens == 0 && inFlight.allSatisfy(\.isEmpty) && rules.writesSettled { break }
+        }
+        if rules.queuedTokens != 0 || rules.heldCount != 0 || !rules.writesSettled {
+            violation("did not settle: \(rules.queuedTokens) queued, \(rules.heldCount) held, writes settled \(rules.writesSettled)")
+        }
+        for id in entryOrder where outcomes[id] == nil { violation("entry \(id) never acknowledged") }
+
+        // Counts balance: every notification read has exactly one outcome.
+        let counters = rules.counters
+        let read = entryOrder.reduce(0) { total, id in
+            guard let entry = entries[id] else { return total }
+            return total + (entry.wholeReason != nil ? 1 : entry.tokens.count + entry.invalidTokens.count)
+        }
+        let ended = counters.accepted + counters.deadTokens + counters.deadLettered + counters.superseded + counters.retried + counters.handedBack
+        if read != ended { violation("counts do not balance: \(read) read, \(ended) ended (\(counters))") }
+        if counters.superseded != superseded { violation("superseded: rules count \(counters.superseded), the world finds \(superseded)") }
+        if counters.jobsRead != entryOrder.count || counters.jobsFinished != entryOrder.count {
+            violation("\(entryOrder.count) entries, \(counters.jobsRead) read, \(counters.jobsFinished) finished")
+        }
+        let acceptedNotes = notes.values.filter(\.accepted).count
+        if counters.accepted != acceptedNotes { violation("accepted: rules count \(counters.accepted), APNs accepted \(acceptedNotes)") }
+    }
+}
+
+extension String {
+    /// Eight lowercase hex digits of `value`.
+    init(format8 value: UInt32) {
+        let digits = Array("0123456789abcdef")
+        var text = ""
+        for shift in stride(from: 28, through: 0, by: -4) { text.append(digits[Int((value >> UInt32(shift)) & 0xF)]) }
+        self = text
+    }
+}
