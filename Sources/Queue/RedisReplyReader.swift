@@ -96,13 +96,13 @@ public enum RedisReplyReader {
         var found: [TruncatedValue] = []
         for truncation in tape.truncations where nodes.contains(truncation.node) {
             if truncation.node == fieldList {
-                found.append(TruncatedValue(field: nil, length: truncation.fullLength, sha256: nil))
+                found.append(TruncatedValue(field: nil, length: truncation.fullLength, sha256: nil, byBudget: false))
             } else {
                 // A value at node fieldList + 2k + 2 belongs to field k (names and values alternate).
                 let position = truncation.node - fieldList - 1
                 let field = position / 2 < fields.count ? fields[position / 2].name : nil
                 found.append(TruncatedValue(field: field, length: truncation.fullLength,
-                                            sha256: truncation.sha256.isEmpty ? nil : hex(truncation.sha256)))
+                                            sha256: truncation.sha256.isEmpty ? nil : hex(truncation.sha256), byBudget: truncation.byBudget))
             }
         }
         return found
@@ -191,4 +191,7 @@ public struct TruncatedValue: Sendable, Equatable {
     public let field: String?
     public let length: Int
     public let sha256: String?
+    /// Cut only because its reply as a whole outgrew the reader's byte budget: the value itself
+    /// may be fine, and the entry is read again on its own.
+    public let byBudget: Bool
 }

@@ -6,7 +6,7 @@ import COpenSSL
 /// hiredis' reader holds a whole bulk string, then the whole reply, before anyone sees it: forty
 /// 10 MB jobs in one XREADGROUP reply cost over a gigabyte. This reader works on the bytes as they
 /// arrive. A bulk string longer than `maxBulkBytes` keeps only its first `keptPrefixBytes` on the
-/// tape, with its full length and its SHA-256 computed on the way (`RedisReplyTape.Truncation`);
+/// tape (defaults: 3 MiB and 4 KiB), with its full length and its SHA-256 computed on the way (`RedisReplyTape.Truncation`);
 /// once a reply holds `maxReplyBytes`, later strings keep no bytes and are marked the same way;
 /// an array's elements past `maxArrayElements` are read and dropped, and the array is marked. So
 /// a reply costs at most about `maxReplyBytes` plus the read buffer, and the caller learns exactly
@@ -23,7 +23,8 @@ public final class RESPReader {
         /// Elements kept of one array.
         public var maxArrayElements: Int
 
-        public init(maxBulkBytes: Int = 64 * 1024, keptPrefixBytes: Int = 4 * 1024, maxReplyBytes: Int = 32 * 1024 * 1024,
+        /// 3 MiB per value holds the largest valid job field (10,000 device tokens of 200 digits).
+        public init(maxBulkBytes: Int = 3 << 20, keptPrefixBytes: Int = 4 * 1024, maxReplyBytes: Int = 32 << 20,
                     maxArrayElements: Int = 1 << 17) {
             self.maxBulkBytes = maxBulkBytes
             self.keptPrefixBytes = min(keptPrefixBytes, maxBulkBytes)
@@ -50,6 +51,7 @@ public final class RESPReader {
     private var bulkKeep = 0
     private var bulkLength = 0
     private var bulkDropped = false
+    private var bulkOverBudget = false
     private var hasher: OpaquePointer?
     static let maxLineBytes = 64 * 1024
 
@@ -168,7 +170,12 @@ public final class RESPReader {
                 bulkNode = tape.beginString(.string)
                 let room = max(0, limits.maxReplyBytes - tape.byteCount)
                 bulkKeep = bulkLength <= limits.maxBulkBytes ? bulkLength : limits.keptPrefixBytes
-                if bulkKeep > room { bulkKeep = 0 }
+                if bulkKeep > room {
+                    bulkKeep = 0
+                    bulkOverBudget = true
+                } else {
+                    bulkOverBudget = false
+                }
                 if bulkKeep < bulkLength {
                     // Cut: hash the whole string on the way so the caller can say what it was.
                     if hasher == nil { hasher = EVP_MD_CTX_new() }
@@ -213,7 +220,7 @@ public final class RESPReader {
             var digest = [UInt8](repeating: 0, count: 32)
             var size: UInt32 = 32
             _ = EVP_DigestFinal_ex(hasher, &digest, &size)
-            tape.markTruncated(bulkNode, fullLength: bulkLength, sha256: digest)
+            tape.markTruncated(bulkNode, fullLength: bulkLength, sha256: digest, byBudget: bulkOverBudget && bulkLength <= limits.maxBulkBytes)
         }
         bulkNode = -1
     }

@@ -22,6 +22,8 @@ public final class RedisReplyTape {
         public let node: Int
         public let fullLength: Int
         public let sha256: [UInt8]
+        /// Cut because the reply had used its byte budget, not for its own size.
+        public let byBudget: Bool
     }
 
     public private(set) var nodes: [Node] = []
@@ -85,8 +87,8 @@ public final class RedisReplyTape {
         return nodes.count - 1
     }
 
-    func markTruncated(_ index: Int, fullLength: Int, sha256: [UInt8]) {
-        truncations.append(Truncation(node: index, fullLength: fullLength, sha256: sha256))
+    func markTruncated(_ index: Int, fullLength: Int, sha256: [UInt8], byBudget: Bool = false) {
+        truncations.append(Truncation(node: index, fullLength: fullLength, sha256: sha256, byBudget: byBudget))
     }
 
     /// The bytes of string node `index`, valid while the tape is not reset.

@@ -214,6 +214,18 @@ public final class DeliveryRules {
                 continue
             }
             counters.jobsRead += 1
+            if let cut = entry.truncated.first {
+                // An outsized value (see RESPReader): never sent; the dead letter keeps its first
+                // bytes, its full length and its SHA-256.
+                let what = cut.byBudget ? "it holds more than the 32 MiB Herald reads of one entry"
+                    : cut.field.map { "field \(DeadLetterText.quoted($0)) holds \(cut.length) bytes, more than the 3 MiB Herald reads of one value" }
+                    ?? "it has \(cut.length / 2) fields, more than the 65,536 Herald reads of one entry"
+                deadLetterEntry(entry.id, fields: fields, reason: "field_too_large",
+                                message: "The job is too large to read: \(what). The dead letter keeps the value's first 4,096 bytes, its full length (truncated_length) and its SHA-256 (truncated_sha256).",
+                                now: now,
+                                extra: [("truncated_field", cut.field ?? ""), ("truncated_length", String(cut.length)), ("truncated_sha256", cut.sha256 ?? "")])
+                continue
+            }
             if let deliveries, let count = deliveries[entry.id], count > policy.maxDeliveries {
                 deadLetterEntry(entry.id, fields: fields, reason: "max_deliveries",
                                 message: "The entry was delivered to workers \(count) times without an outcome (more than --max-deliveries \(policy.maxDeliveries)); a worker may be crashing on it.",
@@ -644,11 +656,13 @@ public final class DeliveryRules {
 
     /// A malformed or hopeless entry: dead-letter it whole.
     private func deadLetterEntry(_ id: StreamEntryID, fields: [(name: String, value: [UInt8])], reason: String, message: String,
-                                 now: Int64) {
+                                 now: Int64, extra: [(String, String)] = []) {
         counters.deadLettered += 1
         counters.deadLetteredByReason[DeadLetterText.countingKey(reason: reason), default: 0] += 1
         counters.jobsFinished += 1
-        let draft = DeadLetter.Draft(fields: fields, tokens: nil, reason: reason, message: message, status: 0, attempts: 0,
+        // Extra fields (what was cut) ride along after the job's own, like any field of the job.
+        let withExtra = extra.isEmpty ? fields : fields + extra.map { ($0.0, Array($0.1.utf8)) }
+        let draft = DeadLetter.Draft(fields: withExtra, tokens: nil, reason: reason, message: message, status: 0, attempts: 0,
                                      failedAt: now)
         finishing.append(EntryOutcome(entryID: id, writes: [.deadLetter(draft)]))
     }

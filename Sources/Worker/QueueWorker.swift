@@ -275,7 +275,21 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     private func readCapacity() -> Int {
         var free = 0
         for lane in lanes where lane.stoppedReason == nil { free += lane.pool.freeSlots }
-        return min(configuration.batch, free + configuration.readAhead - rules.queuedTokens)
+        // A byte budget per read: fewer entries when entries are big (the estimate follows the
+        // replies; the reply reader bounds any single reply whatever this guess).
+        let byBytes = max(1, QueueWorker.readByteBudget / max(1, entryBytesEstimate))
+        return min(configuration.batch, byBytes, free + configuration.readAhead - rules.queuedTokens)
+    }
+
+    /// Bytes one XREADGROUP reply should hold, about.
+    static let readByteBudget = 4 << 20
+    private var entryBytesEstimate = 512
+
+    /// Updates the bytes-per-entry estimate from one reply: up at once, down slowly.
+    private func noteReply(bytes: Int, entries: Int) {
+        guard entries > 0 else { return }
+        let average = bytes / entries
+        entryBytesEstimate = average > entryBytesEstimate ? average : (entryBytesEstimate * 7 + average) / 8
     }
 
     /// Most of the sending apps' connections are down (e.g. a 503 storm).
@@ -308,18 +322,29 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         reader.sendRaw(arguments) { [weak self] result in
             guard let self else { return }
             self.readInFlight = false
-            switch result.map({ RedisReplyReader.readEntries(tape: $0) }) {
+            switch result.map({ tape in
+                let read = RedisReplyReader.readEntries(tape: tape)
+                if case .success(let entries) = read { self.noteReply(bytes: tape.byteCount, entries: entries.count) }
+                return read
+            }) {
             case .failure:
                 return
             case .success(.failure(let error)):
                 if case .server(let message) = error { self.handleRedisError(message) }
-            case .success(.success(let entries)):
+            case .success(.success(let read)):
+                let (entries, deferredAfter) = QueueWorker.deferringOverBudget(read)
                 if self.recoveringPending {
-                    if entries.isEmpty {
+                    if read.isEmpty {
                         self.recoveringPending = false
                     } else if let last = entries.last {
                         self.pendingCursor = last.id.description
                     }
+                }
+                if let deferredAfter {
+                    // The reply outgrew its byte budget: the entries past it stay pending and are
+                    // read again, fewer at a time (the estimate just grew), from the pending list.
+                    self.recoveringPending = true
+                    self.pendingCursor = deferredAfter.description
                 }
                 self.take(entries, deliveries: nil)
             }
@@ -339,6 +364,17 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             if !self.mostConnectionsDown { self.pauseFailures = 0 }
             self.maybeRead()
         }
+    }
+
+    /// Splits off the entries a reply cut only because the reply as a whole outgrew its byte budget
+    /// (never the first entry: one entry over the budget on its own is outsized, and the rules
+    /// dead-letter it). Returns the entries to take and, when some were deferred, the id after
+    /// which to read the pending list again.
+    static func deferringOverBudget(_ entries: [StreamRecord]) -> ([StreamRecord], StreamEntryID?) {
+        guard let cut = entries.indices.dropFirst().first(where: { !entries[$0].truncated.isEmpty && entries[$0].truncated.allSatisfy(\.byBudget) }) else {
+            return (entries, nil)
+        }
+        return (Array(entries[..<cut]), entries[cut - 1].id)
     }
 
     /// Entries read or claimed go to the rules; then the pools get what they can take.
@@ -477,19 +513,19 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         guard count > 0 else { return }
         claimInFlight = true
         let keys = configuration.keys
-        writer.send(["XAUTOCLAIM", keys.jobs, keys.group, configuration.consumer, String(configuration.claimIdleMilliseconds),
-                     claimCursor, "COUNT", String(count)]) { [weak self] result in
+        // Read from the tape like XREADGROUP's reply, so an outsized claimed value arrives cut and marked.
+        writer.sendRaw(["XAUTOCLAIM", keys.jobs, keys.group, configuration.consumer, String(configuration.claimIdleMilliseconds),
+                        claimCursor, "COUNT", String(count)]) { [weak self] result in
             guard let self else { return }
-            guard case .success(let reply) = result else { self.claimInFlight = false; return }
-            if case .error(let message) = reply {
+            guard case .success(let tape) = result else { self.claimInFlight = false; return }
+            if tape.nodes.first?.kind == .error {
                 self.claimInFlight = false
-                self.handleRedisError(message)
+                self.handleRedisError(tape.withBytes(of: 0) { String(decoding: $0, as: UTF8.self) })
                 return
             }
-            guard case .array(let parts) = reply, parts.count >= 2, let cursor = parts[0].string,
-                  case .array(let claimed) = parts[1] else { self.claimInFlight = false; return }
+            guard let (cursor, claimed) = RedisReplyReader.claimedEntries(tape: tape) else { self.claimInFlight = false; return }
             self.claimCursor = cursor
-            let entries = RedisReplyReader.entries(.array(claimed)).filter { !self.rules.isHeld($0.id) }
+            let entries = claimed.filter { !self.rules.isHeld($0.id) }
             guard let first = entries.first?.id, let last = entries.last?.id else { self.claimInFlight = false; return }
             self.logger.info("reclaimed idle entries", metadata: ["count": "\(entries.count)"])
             writer.send(["XPENDING", keys.jobs, keys.group, first.description, last.description,

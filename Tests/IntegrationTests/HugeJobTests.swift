@@ -56,6 +56,34 @@ extension IntegrationTests {
             }
         }
 
+        /// Valid jobs that are merely big (a 1 MiB field a backend attached): forty of them outgrow
+        /// one reply's 32 MiB budget. The entries past the budget stay pending and are read again,
+        /// fewer at a time; none is dead-lettered, all are delivered.
+        @Test
+        func bigValidJobsBeyondOneReplysBudgetAreAllDelivered() async throws {
+            try await withOperationsBed { bed in
+                let emulator = try await bed.startEmulator()
+                let keys = QueueKeys()
+                let count = 40
+                let attachment = String(repeating: "y", count: 1 << 20)
+                _ = try await bed.client.xadd(keys.jobs, count: count) { index in
+                    [("token", WorkerHarness.deviceToken(index)), ("payload", WorkerHarness.payload(index)), ("backend_note", attachment)]
+                }
+                let (worker, _) = try bed.startWorker(["--redis", bed.redis.url, "--bundle-id", "com.example.app"] + emulator.workerArguments)
+                try await waitFor("the worker drains the queue", timeout: .seconds(60), interval: .milliseconds(100)) {
+                    try worker.requireRunning()
+                    return try await bed.drained(keys)
+                }
+                let peakKiB = try Self.status(of: worker.pid, "VmHWM")
+                let letters = try await bed.client.entries(keys.dead)
+                let counts = try await emulator.statistics()
+                #expect(try await worker.terminate() == 0, "\(worker.outputTail())")
+                #expect(letters.isEmpty, "\(letters.map(\.description))")
+                #expect(counts.accepted == count && counts.acceptedUnique == count, "\(counts)")
+                #expect(peakKiB < 150 * 1024, "peak RSS \(peakKiB / 1024) MiB")
+            }
+        }
+
         /// A line of /proc/PID/status in kB.
         static func status(of pid: Int32, _ field: String) throws -> Int {
             let text = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
