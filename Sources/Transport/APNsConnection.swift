@@ -347,6 +347,9 @@ public final class APNsConnection: HTTP2Endpoint {
             }
         }
         completed.append(Int32(index))
+        // A stream Herald reset itself closes while its RST_STREAM is sent (in a flush, not in
+        // input processing): hand it out on the next loop turn.
+        if slots[index].failure == .responseTimeout { scheduleLocalCompletions() }
     }
 
     fileprivate func onFrameSend(type: UInt8, streamID: Int32) {

@@ -225,7 +225,15 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         guard phase == .running || phase == .draining else { return }
         redisFailures += 1
         let delay = Backoff.reconnect.delayMilliseconds(afterFailures: redisFailures, using: &random)
-        logger.warning("Redis connection down", metadata: ["error": "\(error)", "reconnect_ms": "\(delay)"])
+        // One clear line when Redis goes away; the retries after it say the same, so they go to debug
+        // (with a reminder every tenth) instead of filling the log every few seconds.
+        if redisFailures == 1 {
+            logger.warning("Redis connection down", metadata: ["error": "\(error)", "reconnect_ms": "\(delay)"])
+        } else if redisFailures % 10 == 0 {
+            logger.warning("Redis still unreachable", metadata: ["error": "\(error)", "failures": "\(redisFailures)", "reconnect_ms": "\(delay)"])
+        } else {
+            logger.debug("Redis connection attempt failed", metadata: ["error": "\(error)", "failures": "\(redisFailures)", "reconnect_ms": "\(delay)"])
+        }
         reconnectTimer = loop.schedule(afterMilliseconds: delay) { [weak self] in self?.connectRedis() }
     }
 

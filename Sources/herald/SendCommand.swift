@@ -76,6 +76,7 @@ struct SendCommand: ParsableCommand {
         let session = SendSession(loop: loop, pool: pool, notifications: notifications, quiet: quiet)
         pool.delegate = session
         let signals = try SignalWatcher(loop: loop) { _ in loop.stop() }
+        guard (1...86_400).contains(timeout) else { throw ValidationError("--timeout must be 1 to 86400 seconds, not \(timeout)") }
         loop.schedule(afterMilliseconds: Int64(timeout) * 1000) {
             session.timedOut = true
             loop.stop()

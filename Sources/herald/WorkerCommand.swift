@@ -56,12 +56,17 @@ struct WorkerCommand: ParsableCommand {
         var base = WorkerConfiguration(consumer: "")
         base.keys = keys
         base.batch = try batch ?? intEnvironment("BATCH") ?? file?.batch ?? base.batch
-        base.claimIdleMilliseconds = Int64(try claimIdle ?? intEnvironment("CLAIM_IDLE") ?? file?.claimIdle ?? 60) * 1000
+        let claimIdleSeconds = try claimIdle ?? intEnvironment("CLAIM_IDLE") ?? file?.claimIdle ?? 60
+        guard (1...86_400).contains(claimIdleSeconds) else { throw ValidationError("--claim-idle must be 1 to 86400 seconds, not \(claimIdleSeconds)") }
+        base.claimIdleMilliseconds = Int64(claimIdleSeconds) * 1000
         base.maxAttempts = try maxAttempts ?? intEnvironment("MAX_ATTEMPTS") ?? file?.maxAttempts ?? base.maxAttempts
         base.maxDeliveries = try maxDeliveries ?? intEnvironment("MAX_DELIVERIES") ?? file?.maxDeliveries ?? base.maxDeliveries
-        base.drainTimeoutMilliseconds = Int64(try drainTimeout ?? intEnvironment("DRAIN_TIMEOUT") ?? file?.drainTimeout ?? 30) * 1000
-        guard base.batch >= 1 else { throw ValidationError("--batch must be at least 1") }
-        guard base.maxAttempts >= 1 else { throw ValidationError("--max-attempts must be at least 1") }
+        let drainSeconds = try drainTimeout ?? intEnvironment("DRAIN_TIMEOUT") ?? file?.drainTimeout ?? 30
+        guard (0...3_600).contains(drainSeconds) else { throw ValidationError("--drain-timeout must be 0 to 3600 seconds, not \(drainSeconds)") }
+        base.drainTimeoutMilliseconds = Int64(drainSeconds) * 1000
+        guard (1...100_000).contains(base.batch) else { throw ValidationError("--batch must be 1 to 100000, not \(base.batch)") }
+        guard (1...1_000).contains(base.maxAttempts) else { throw ValidationError("--max-attempts must be 1 to 1000, not \(base.maxAttempts)") }
+        guard (1...1_000_000).contains(base.maxDeliveries) else { throw ValidationError("--max-deliveries must be 1 to 1000000, not \(base.maxDeliveries)") }
 
         let main = try EventLoop()
         var stopping = false

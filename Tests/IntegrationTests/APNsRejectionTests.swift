@@ -200,6 +200,56 @@ extension IntegrationTests {
             #expect(state.poolStoppedReason == nil, "\(state)")
         }
 
+        /// A notification whose headers do not fit the 16 KiB header area (built here directly,
+        /// past the job decoder's limits) is never sent with a header cut short: it fails alone as
+        /// `RequestHeadersTooLarge`, APNs never sees it, the credentials are never doubted, and
+        /// the notifications after it on the same connection are delivered.
+        @Test
+        func headersThatDoNotFitAreNeverSentCutShort() async throws {
+            let bed = try await TestBed()
+            defer { bed.shutdown() }
+            try await bed.onLoop { bed in
+                try bed.startPool(connections: 1, maxStreams: 10)
+                let oversized = APNs.Notification(
+                    deviceToken: String(repeating: "ab", count: 8_100), topic: TestBed.topic, pushType: .alert,
+                    apnsID: bed.apnsID(index: 0), payload: Array(#"{"aps":{"alert":"too big"}}"#.utf8))
+                bed.recorder.enqueue([oversized])
+                bed.enqueue(20)
+            }
+            let finished = await bed.waitForAllOutcomes()
+            let state = try await bed.onLoop { $0.snapshot() }
+            let suspicions = try await bed.onLoop { $0.pool.credentialSuspicions }
+            try #require(finished, "\(state)")
+            #expect(state.count(of: .permanent(status: 0, reason: .requestHeadersTooLarge)) == 1, "\(state)")
+            #expect(state.accepted == 20, "\(state)")
+            #expect(state.emulator.streams == 20 && state.emulator.rejected.isEmpty, "APNs never saw it: \(state)")
+            #expect(suspicions == 0 && state.connectionsOpened == 1, "\(state)")
+        }
+
+        /// A stream the server never answers is reset after the response deadline and comes back as
+        /// `.responseTimeout`, an attempt with an unknown outcome; the connection keeps serving.
+        @Test
+        func streamsNeverAnsweredAreResetAtTheResponseDeadline() async throws {
+            let bed = try await TestBed()
+            defer { bed.shutdown() }
+            try await bed.onLoop { bed in
+                var faults = bed.server.faults
+                faults.stallNext = 3
+                bed.server.setFaults(faults)
+                try bed.startPool(connections: 1, maxStreams: 10) { $0.responseTimeoutMilliseconds = 300 }
+                bed.enqueue(30)
+            }
+            let finished = await bed.waitForAllOutcomes(timeout: .seconds(20))
+            let state = try await bed.onLoop { $0.snapshot() }
+            let timeouts = try await bed.onLoop { $0.pool.responseTimeouts }
+            try #require(finished, "\(state)")
+            let timedOut = state.count(of: .retryOnAnotherConnection(.responseTimeout))
+            #expect(timedOut == 3 && timeouts == 3, "\(state)")
+            #expect(state.accepted == 27, "\(state)")
+            #expect(state.finalAttempts.allSatisfy { $0 == 1 }, "a timed-out stream counts as an attempt")
+            #expect(state.connectionsOpened == 1 && state.connectionFailures == 0, "the connection stays: \(state)")
+        }
+
         /// 503s come back to the caller with the attempt counted (its retry policy decides), and a
         /// connection stays up through them: no reconnect per 503.
         @Test

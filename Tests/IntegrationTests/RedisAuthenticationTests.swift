@@ -139,13 +139,13 @@ extension IntegrationTests {
                 try "s3cret-wrong\n".write(toFile: wrongFile, atomically: true, encoding: .utf8)
                 chmod(wrongFile, 0o600)
                 let (worker, http) = try bed.startWorker(["--redis", redis.url, "--redis-password-file", wrongFile,
-                                                          "--log-format", "logfmt", "--bundle-id", "com.example.app"]
+                                                          "--log-format", "logfmt", "--log-level", "debug", "--bundle-id", "com.example.app"]
                                                          + emulator.workerArguments)
                 var delays: [Int] = []
                 try await waitFor("the worker logged three refused logins", timeout: .seconds(20), interval: .milliseconds(100)) {
                     try worker.requireRunning()
                     delays = worker.stderr.split(separator: "\n")
-                        .filter { $0.contains("Redis connection down") }
+                        .filter { $0.contains("Redis connection down") || $0.contains("Redis connection attempt failed") }
                         .compactMap { line in
                             line.split(separator: " ").first { $0.hasPrefix("reconnect_ms=") }
                                 .flatMap { Int($0.dropFirst("reconnect_ms=".count).filter(\.isNumber)) }
@@ -155,6 +155,8 @@ extension IntegrationTests {
                 // Backoff 1 s, 2 s, 4 s (±20 %): it grows, as it never did when AUTH was not awaited.
                 #expect(delays[1] > delays[0] && delays[2] > delays[1], "reconnect delays \(delays)")
                 #expect(worker.stderr.contains("WRONGPASS"))
+                let warnings = worker.stderr.split(separator: "\n").filter { $0.contains("Redis connection down") }
+                #expect(warnings.count == 1, "one clear line at warning level, the retries at debug: \(warnings)")
                 #expect(!worker.stderr.contains("Redis connection restored"))
                 #expect(try http.status("/readyz") == 503)
                 #expect(!worker.stderr.contains("s3cret"), "a log line holds the password")
