@@ -102,7 +102,7 @@ extension DeadLetter {
             for field in fields where !(tokens != nil && (field.name == JobField.token || field.name == JobField.tokens))
                 && field.name != JobField.attempts && field.name != JobField.retryID
                 && !(idBase != nil && (field.name == JobField.id || field.name == JobField.idBase)) {
-                command += [.text(field.name), .bytes(field.value)]
+                command += [FieldName.argument(field.name), .bytes(field.value)]
             }
             if let idBase { command += [.text(JobField.idBase), .text(idBase)] }
             if let tokens, let first = tokens.first {

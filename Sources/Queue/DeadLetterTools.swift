@@ -117,7 +117,7 @@ public final class DeadLetterTools {
             for letter in batch {
                 var command: [RedisArgument] = ["EVAL", .text(DeadLetterTools.requeueScript), "2", .text(keys.dead), .text(keys.jobs),
                                                 .text(letter.id.description)]
-                for field in letter.jobFields { command += [.text(field.name), .bytes(field.value)] }
+                for field in letter.jobFields { command += [FieldName.argument(field.name), .bytes(field.value)] }
                 commands.append(command)
             }
             let replies = try redis.pipeline(commands)

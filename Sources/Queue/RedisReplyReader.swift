@@ -42,7 +42,7 @@ public enum RedisReplyReader {
                 var index = 0
                 while index + 1 < flat.count {
                     if case .bulk(let name) = flat[index], case .bulk(let value) = flat[index + 1] {
-                        fields.append((String(decoding: name, as: UTF8.self), value))
+                        fields.append((FieldName.decode(name), value))
                     }
                     index += 2
                 }
@@ -146,7 +146,7 @@ public enum RedisReplyReader {
             var pair = 0
             while pair + 1 < count {
                 if nodes[next].kind == .string && nodes[next + 1].kind == .string {
-                    let name = tape.withBytes(of: next) { String(decoding: $0, as: UTF8.self) }
+                    let name = tape.withBytes(of: next) { FieldName.decode($0) }
                     fields.append((name, tape.byteArray(of: next + 1)))
                 }
                 next = tape.skip(tape.skip(next))

@@ -8,7 +8,7 @@ public enum RetryEncoding {
         out.reserveCapacity(fields.reduce(16) { $0 + $1.name.utf8.count + $1.value.count + 8 })
         for (index, field) in fields.enumerated() {
             if index > 0 { out.append(0x2C) }
-            appendString(Array(field.name.utf8), to: &out)
+            appendString(FieldName.bytes(field.name), to: &out)
             out.append(0x2C)
             appendString(field.value, to: &out)
         }

@@ -57,5 +57,41 @@ extension IntegrationTests {
                 #expect(dead.contains { $0["token"] == String(repeating: "cd", count: 100_000) })
             }
         }
+
+        /// Field names and values that are not UTF-8 (or look like Herald's own escapes) come back
+        /// in the dead letter byte for byte, and the message that quotes producer text is one
+        /// escaped line.
+        @Test
+        func binaryFieldNamesAndValuesAreKeptByteForByte() async throws {
+            try await withWorkerBed { bed in
+                let names: [[UInt8]] = [[0xFF, 0xFE, 0x00, 0x41], [0xEF, 0x9C, 0x80, 0x7A], Array("nom\u{1B}[31m".utf8), [0xC3]]
+                let value: [UInt8] = [0x00, 0xFF, 0x0A, 0x0D, 0x22, 0x5C]
+                var arguments: [RedisArgument] = ["XADD", .text(bed.keys.jobs), "*", "token", .text(WorkerHarness.deviceToken(1)),
+                                                  "payload", "{}", "push_type", .bytes([0x61, 0x0A, 0x1B, 0xFF])]
+                for name in names { arguments += [.bytes(name), .bytes(value)] }
+                let added = try await bed.client.send(arguments: arguments)
+                try #require(added.string != nil, "\(added)")
+                try await bed.startWorker()
+                let ledger = try await bed.waitUntilSettled(enqueued: 1)
+                #expect(ledger.settled && ledger.deadLettered == 1, "\(ledger)")
+
+                let reply = try await bed.client.send(arguments: ["XRANGE", .text(bed.keys.dead), "-", "+"])
+                guard case .array(let rows) = reply, case .array(let parts) = rows.first, parts.count == 2,
+                      case .array(let flat) = parts[1] else { Issue.record("no dead letter: \(reply)"); return }
+                var fields: [([UInt8], [UInt8])] = []
+                var index = 0
+                while index + 1 < flat.count {
+                    if case .bulk(let name) = flat[index], case .bulk(let value) = flat[index + 1] { fields.append((name, value)) }
+                    index += 2
+                }
+                for name in names {
+                    #expect(fields.contains { $0.0 == name && $0.1 == value }, "field \(name) kept exactly: \(fields.map(\.0))")
+                }
+                #expect(fields.contains { $0.0 == Array("push_type".utf8) && $0.1 == [0x61, 0x0A, 0x1B, 0xFF] })
+                let message = fields.first { $0.0 == Array("message".utf8) }.map { String(decoding: $0.1, as: UTF8.self) } ?? ""
+                #expect(fields.contains { $0.0 == Array("reason".utf8) && $0.1 == Array("unknown_push_type".utf8) }, "\(message)")
+                #expect(!message.isEmpty && !message.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F }, "one printable line: \(message)")
+            }
+        }
     }
 }

@@ -55,6 +55,20 @@ final class RedisClient: RedisConnectionDelegate, @unchecked Sendable {
         }
     }
 
+    /// Sends one command with byte arguments (binary field names, values).
+    func send(arguments: [RedisArgument]) async throws -> RedisReply {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<RedisReply, any Error>) in
+            thread.loop.execute { [self] in
+                live().send(arguments) { result in
+                    switch result {
+                    case .success(let reply): continuation.resume(returning: reply)
+                    case .failure(let error): continuation.resume(throwing: error)
+                    }
+                }
+            }
+        }
+    }
+
     /// Sends one command and fails the test's expectation with Redis' message on an error reply.
     @discardableResult
     func command(_ arguments: String...) async throws -> RedisReply {
