@@ -396,6 +396,10 @@ extension IntegrationTests {
                     $0.count("herald_credentials_rejected", ["app": "default"]) == 1
                 }
                 #expect(scrape.count("herald_credentials_rejected", ["app": "default"]) == 1)
+                // A halted app makes the worker unready, so an orchestrator and an operator see it.
+                try await waitFor("/readyz says not ready while the app is halted", timeout: .seconds(10), interval: .milliseconds(100)) {
+                    try http.status("/readyz") == 503
+                }
                 #expect(scrape.count("herald_apns_responses_total", ["status": "403", "reason": "InvalidProviderToken"]) >= 1,
                         "\(scrape.series("herald_apns_responses_total"))")
                 #expect(scrape.count("herald_notifications_total", ["outcome": "dead_lettered"]) == 0)
