@@ -91,18 +91,4 @@ public enum Socket {
             $0.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { Int(UInt16(bigEndian: $0.pointee.sin_port)) }
         }
     }
-
-    /// Accepts one pending connection, or nil when none is waiting.
-    public static func accept(_ listener: Int32) -> Int32? {
-        while true {
-            let fd = herald_accept4(listener)
-            if fd >= 0 {
-                setNoDelay(fd)
-                return fd
-            }
-            if errno == EINTR { continue }
-            // EAGAIN: none waiting; EMFILE and the like: try again on the next readiness.
-            return nil
-        }
-    }
 }

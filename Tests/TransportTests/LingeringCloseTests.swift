@@ -27,7 +27,7 @@ import Testing
         try #require(connected == 0)
         var server: Int32? = nil
         for _ in 0..<1000 where server == nil {
-            server = Socket.accept(listener.fd)
+            if case .accepted(let fd) = Socket.acceptConnection(listener.fd) { server = fd }
             if server == nil { usleep(1000) }
         }
         return (try #require(server), client)
