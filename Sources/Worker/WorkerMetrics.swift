@@ -32,7 +32,7 @@ public final class WorkerMetrics {
         var accepted = 0
         var responses: [String: Int] = [:]
         var duration = LatencyHistogram()
-        var events = [0, 0, 0, 0, 0]
+        var events = Array(repeating: 0, count: WorkerMetrics.connectionEvents.count)
         var mints = 0
     }
 
