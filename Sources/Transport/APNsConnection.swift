@@ -347,6 +347,10 @@ public final class APNsConnection: HTTP2Endpoint {
             }
         }
         completed.append(Int32(index))
+        // A stream reset past --response-timeout closes while its RST_STREAM is sent, not while
+        // input is processed: hand it out on the next turn instead of waiting for the peer's next
+        // frame (on an otherwise idle connection that was the next PING, a minute later).
+        if case .responseTimeout? = slots[index].failure { scheduleLocalCompletions() }
     }
 
     fileprivate func onFrameSend(type: UInt8, streamID: Int32) {
