@@ -3,7 +3,8 @@
 #   make build       debug build
 #   make release     release build (swift build -c release)
 #   make demo        the main job end to end: private redis-server, APNs emulator, 100,000 notifications
-#   make test        deps, build (the tests start the herald binary), then swift test
+#   make test        deps, build (the tests start the herald binary), then swift test (the fault matrix's fast cells)
+#   make matrix      the whole fault matrix (HERALD_MATRIX=full, ~2.5 min); its lines also go to .build/fault-matrix.txt
 #   make bench-send  herald send vs h2load against one emulator (Benchmarks/send-vs-h2load.sh)
 #   make bench-compare  h2load vs Herald's worker vs aioapns, latency sweep, 1 vs 2 workers (Benchmarks/compare.sh)
 #   make bench-micro micro-benchmarks (Benchmarks/Package.swift, package-benchmark: time, mallocs)
@@ -27,7 +28,7 @@ DEB_PACKAGES := libnghttp2-dev libssl-dev libhiredis-dev redis-server nghttp2-cl
 # sudo only when not root (CI and the dev machines run as root).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps build release demo test bench-send bench-compare bench-micro clean
+.PHONY: deps build release demo test matrix bench-send bench-compare bench-micro clean
 
 deps:
 	@missing=""; \
@@ -55,6 +56,15 @@ demo: release
 test: deps
 	$(SWIFT) build
 	$(SWIFT) test
+
+# Every cell of the fault matrix (docs/reliability.md): real redis-server, emulator and worker
+# binary per cell, one fault each; the slow cells (Redis stopped 10 s, every 403 reason, a halted
+# app's recovery) run only here.
+matrix: deps
+	$(SWIFT) build --build-tests
+	rm -f .build/fault-matrix.txt
+	HERALD_MATRIX=full HERALD_MATRIX_REPORT=$(CURDIR)/.build/fault-matrix.txt $(SWIFT) test --skip-build --filter FaultMatrix
+	@echo "figures: .build/fault-matrix.txt"
 
 bench-send: deps
 	bash Benchmarks/send-vs-h2load.sh $(BENCH_ARGS)

@@ -97,6 +97,9 @@ final class RedisServer: @unchecked Sendable {
 
     var isRunning: Bool { process?.isRunning ?? false }
 
+    /// The running server's process id (for SIGSTOP and SIGCONT), nil when stopped.
+    var pid: Int32? { process.map { $0.processIdentifier } }
+
     /// A free TCP port on 127.0.0.1 (bound to port 0 and released).
     static func freePort() throws -> Int {
         let (fd, port) = try Socket.listen(host: "127.0.0.1", port: 0)
