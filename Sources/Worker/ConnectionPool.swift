@@ -515,7 +515,7 @@ public final class ConnectionPool: APNsConnectionDelegate {
         credentials = .halted
         stoppedReason = reason
         halts += 1
-        let doublings = Int64(min(max(refusedProbes - 1, 0), 16))
+        let doublings = Int64(min(refusedProbes, 16))
         let delay = min(configuration.maximumProbeIntervalMilliseconds, configuration.firstProbeDelayMilliseconds << doublings)
         logger.critical("stopped sending for this app", metadata: ["reason": "\(reason)", "next_probe_ms": "\(delay)"])
         for index in members.indices {
