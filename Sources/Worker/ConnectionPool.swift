@@ -81,8 +81,9 @@ public typealias CredentialsReloader = () throws -> ProviderTokenSigner?
 ///
 /// Credentials: a 403 that blames them (InvalidProviderToken, BadCertificate, …) on one request
 /// makes them suspect, not dead: that connection is replaced by a fresh one carrying a freshly
-/// minted token, while the others keep sending. Only a rejection on such a fresh connection halts
-/// the app (`stoppedReason`; the delegate hears it). A halted pool reloads its credentials
+/// minted token, while the others keep sending. Only rejections on such a fresh connection
+/// (`freshRejectionsToHalt` of them, with no acceptance between) halt the app (`stoppedReason`;
+/// the delegate hears it). A halted pool reloads its credentials
 /// (`credentialsReloader`) and probes with one request after a backoff (15 s doubling to 10 min),
 /// and resumes when APNs accepts it. Loop-confined.
 public final class ConnectionPool: APNsConnectionDelegate {
