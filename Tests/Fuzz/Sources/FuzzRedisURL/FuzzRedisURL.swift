@@ -1,0 +1,21 @@
+import Transport
+
+/// The input as `--redis` / `HERALD_REDIS` / the config file's `redis`: parsed into an endpoint.
+/// Whatever parses, its description (the form Herald logs) never shows a password.
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    let url = String(decoding: UnsafeBufferPointer(start: data, count: size), as: UTF8.self)
+    // Most inputs lack the scheme; prefixing it too reaches the parts after it.
+    for text in [url, "redis://" + url] {
+        do {
+            let endpoint = try RedisEndpoint(url: text)
+            let shown = endpoint.description
+            if endpoint.password != nil, !shown.hasPrefix("redis://\(endpoint.user ?? ""):***@") {
+                fatalError("an endpoint with a password is described without hiding it")
+            }
+        } catch {
+            _ = error.description
+        }
+    }
+    return 0
+}
