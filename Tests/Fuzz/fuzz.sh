@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds Herald's libFuzzer targets (this folder's package) with the fuzzer and AddressSanitizer,
-# then runs each for FUZZ_SECONDS on a copy of its seed corpus (Corpus/<name>/). Prints the
+# then runs each for FUZZ_SECONDS on a copy of its seed corpus (Corpus/<name>/), with its
+# dictionary when it has one (Dictionaries/<name>.dict). Prints the
 # executions per target; exits non-zero if any target crashed, printing the crashing input's
 # path and the end of its log (the stack).
 #   FUZZ_SECONDS   seconds per target (default 60)
@@ -49,12 +50,16 @@ for entry in "${all_targets[@]}"; do
   rm -rf "$work"
   mkdir -p "$work/corpus" "$work/artifacts"
   cp Corpus/"$corpus"/* "$work/corpus/"
+  dictionary=()
+  [ -f "Dictionaries/$corpus.dict" ] && dictionary=(-dict="Dictionaries/$corpus.dict")
   status=0
   # Leak checks are off: the Swift runtime's metadata caches and the module's lazily built
   # globals live for the process and would be reported after the first input that builds them.
-  ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0} "$bin/$target" "$work/corpus" \
+  # Swift's own backtracer is off: under AddressSanitizer it trips over its memory reads and
+  # hangs; libFuzzer prints the stack of a trap itself.
+  SWIFT_BACKTRACE=enable=no ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0} "$bin/$target" "$work/corpus" \
     -max_total_time="$seconds" -timeout=10 -rss_limit_mb=1536 -print_final_stats=1 \
-    -artifact_prefix="$work/artifacts/" >"$work/log" 2>&1 || status=$?
+    -artifact_prefix="$work/artifacts/" "${dictionary[@]}" >"$work/log" 2>&1 || status=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/log" | tail -1)
   crash=$(find "$work/artifacts" -type f | head -1)
   if [ "$status" -ne 0 ] || [ -n "$crash" ]; then
