@@ -8,8 +8,11 @@
 #   make bench-send  herald send vs h2load against one emulator (Benchmarks/send-vs-h2load.sh)
 #   make bench-compare  h2load vs Herald's worker vs aioapns, latency sweep, 1 vs 2 workers (Benchmarks/compare.sh)
 #   make bench-micro micro-benchmarks (Benchmarks/Package.swift, package-benchmark: time, mallocs)
+#   make fuzz        libFuzzer targets (Tests/Fuzz), FUZZ_SECONDS each (default 60); fails on a crash
+#   make sanitize    the unit and integration tests under AddressSanitizer (.build-asan)
 #   make clean       remove .build
-# Variables: SWIFT (default swift), BENCH_ARGS (extra arguments for bench-send and bench-compare).
+# Variables: SWIFT (default swift), BENCH_ARGS (extra arguments for bench-send and bench-compare),
+#   FUZZ_SECONDS (seconds per fuzz target), FUZZ_TARGETS (a subset, e.g. "FuzzJobDecoder").
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -28,7 +31,7 @@ DEB_PACKAGES := libnghttp2-dev libssl-dev libhiredis-dev redis-server nghttp2-cl
 # sudo only when not root (CI and the dev machines run as root).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps build release demo test matrix bench-send bench-compare bench-micro clean
+.PHONY: deps build release demo test matrix bench-send bench-compare bench-micro fuzz sanitize clean
 
 deps:
 	@missing=""; \
@@ -73,10 +76,29 @@ bench-compare: deps
 	bash Benchmarks/compare.sh $(BENCH_ARGS)
 
 clean:
-	rm -rf .build
+	rm -rf .build .build-asan Tests/Fuzz/.build
 
 # The micro-benchmarks are a package of their own (Benchmarks/.build); the first build takes
 # several minutes. `cd Benchmarks && swift package benchmark thresholds check` compares with
 # Benchmarks/Thresholds/.
 bench-micro: deps
 	cd Benchmarks && $(SWIFT) package benchmark
+
+# The fuzz targets are a package of their own (Tests/Fuzz/.build), built with -sanitize=fuzzer and
+# AddressSanitizer; each runs FUZZ_SECONDS on a copy of its seed corpus (docs/reliability.md).
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) SWIFT=$(SWIFT) bash Tests/Fuzz/fuzz.sh
+
+# The tests under AddressSanitizer, in a build folder of their own (.build-asan). The unit suites
+# run with LeakSanitizer too, the tests' own scaffolding suppressed
+# (Tests/Sanitizers/lsan-suppressions.txt). The integration suite runs without leak checks: it
+# starts the sanitized herald binary (beside the test bundle, so it is built first), and
+# LeakSanitizer would turn each exit into a failure over the process-lifetime objects still held.
+SANITIZE_ENV := SWIFT_BACKTRACE=enable=no
+sanitize: deps
+	$(SWIFT) build --sanitize=address --scratch-path .build-asan
+	$(SANITIZE_ENV) LSAN_OPTIONS=suppressions=$(CURDIR)/Tests/Sanitizers/lsan-suppressions.txt \
+		$(SWIFT) test --sanitize=address --scratch-path .build-asan --filter 'APNsTests|TransportTests|QueueTests'
+	$(SANITIZE_ENV) ASAN_OPTIONS=detect_leaks=0 \
+		$(SWIFT) test --sanitize=address --scratch-path .build-asan --skip-build --filter IntegrationTests

@@ -16,6 +16,10 @@ let package = Package(
         .executable(name: "herald", targets: ["herald"]),
         // For the micro-benchmark package (Benchmarks/Package.swift), which depends on this one by path.
         .library(name: "HeraldCore", targets: ["APNs", "Queue", "Transport"]),
+        // For the fuzz package (Tests/Fuzz/Package.swift): the metrics server's request parsing and
+        // the config file parser, beyond what HeraldCore holds.
+        .library(name: "HeraldObservability", targets: ["Observability"]),
+        .library(name: "HeraldConfig", targets: ["HeraldConfig"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -82,13 +86,16 @@ let package = Package(
             swiftSettings: swiftSettings),
         // The load generator: starts Redis, the emulator and workers, enqueues, measures, reports.
         .target(name: "LoadGen", dependencies: ["APNs", "Transport", "Queue", "Observability", "CHeraldShims"], swiftSettings: swiftSettings),
+        // The config file (`herald worker --config`): parsing only, apart from the command line.
+        .target(
+            name: "HeraldConfig", dependencies: [.product(name: "Yams", package: "Yams")],
+            swiftSettings: swiftSettings),
         .executableTarget(
             name: "herald",
             dependencies: [
-                "APNs", "Transport", "MockAPNs", "Queue", "Worker", "Observability", "LoadGen",
+                "APNs", "Transport", "MockAPNs", "Queue", "Worker", "Observability", "LoadGen", "HeraldConfig",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "Yams", package: "Yams"),
             ],
             swiftSettings: swiftSettings),
 

@@ -1,5 +1,5 @@
 /// Turns APNs' answer to one request (status, reason, timestamp) into a `DeliveryOutcome`,
-/// following the response table in APNS-REFERENCE.md.
+/// following the tables of answers in docs/job-format.md ("Retries", "Reasons").
 ///
 /// Called by the transport for every finished stream and by tests of the emulator. The status
 /// decides first and the reason refines it. Anything undocumented falls to the outcome that

@@ -205,7 +205,10 @@ public final class MetricsHTTPServer {
         if let index = clients.firstIndex(where: { $0 === client }) { clients.remove(at: index) }
     }
 
-    fileprivate func respond(to head: String) -> [UInt8] {
+    /// The whole response to a request head (request line and headers, up to the blank line):
+    /// parses the request line and asks `handler` for the path's response. Pure, so the parsing
+    /// can be tested and fuzzed without a socket.
+    public static func respond(to head: String, handler: (String) -> Response) -> [UInt8] {
         let requestLine = head.prefix { $0 != "\r" && $0 != "\n" }
         let parts = requestLine.split(separator: " ")
         var response: Response
@@ -261,7 +264,7 @@ public final class MetricsHTTPServer {
                     if request.count > 8192 { close(); return }
                     if let end = headEnd() {
                         guard let server else { close(); return }
-                        output = server.respond(to: String(decoding: request[0..<end], as: UTF8.self))
+                        output = MetricsHTTPServer.respond(to: String(decoding: request[0..<end], as: UTF8.self), handler: server.handler)
                         // Nothing more is read: a client that keeps sending must not wake the loop.
                         server.loop.setInterest(fd, .write)
                         writable()

@@ -1,6 +1,7 @@
 import APNs
 import ArgumentParser
 import Glibc
+import HeraldConfig
 import Logging
 import Observability
 import Transport

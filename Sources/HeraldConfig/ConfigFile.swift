@@ -1,0 +1,140 @@
+import Yams
+
+/// `--config herald.yaml` (YAML or JSON): settings for real deployments, several apps among them.
+///
+/// Precedence, highest first: command-line flags, `HERALD_*` environment variables, this file,
+/// built-in defaults. Flags and environment variables describe the app named `default`; the file
+/// may describe any number of apps, each with its own bundle id, environment, credentials and
+/// pool. Secrets are read from files, never written in this file.
+///
+/// A library of its own so that parsing is reachable without the command line (the fuzz targets
+/// in Tests/Fuzz); `herald worker` reads the file and calls `parse(_:path:)`.
+public struct ConfigFile: Decodable, Equatable, Sendable {
+    public var redis: String?
+    /// A file holding the Redis password (the URL in `redis` should carry none).
+    public var redisPasswordFile: String?
+    public var queue: String?
+    public var batch: Int?
+    public var claimIdle: Int?
+    public var maxAttempts: Int?
+    public var maxDeliveries: Int?
+    public var drainTimeout: Int?
+    public var threads: Int?
+    public var metricsPort: Int?
+    public var metricsHost: String?
+    public var logLevel: String?
+    public var logFormat: String?
+    public var apps: [String: App]?
+
+    public enum CodingKeys: String, CodingKey, CaseIterable {
+        case redis, queue, batch, threads, apps
+        case redisPasswordFile = "redis_password_file"
+        case claimIdle = "claim_idle"
+        case maxAttempts = "max_attempts"
+        case maxDeliveries = "max_deliveries"
+        case drainTimeout = "drain_timeout"
+        case metricsPort = "metrics_port"
+        case metricsHost = "metrics_host"
+        case logLevel = "log_level"
+        case logFormat = "log_format"
+    }
+
+    /// One app: where its notifications go and how it authenticates.
+    public struct App: Decodable, Equatable, Sendable {
+        public var bundleID: String?
+        public var environment: String?
+        public var apnsHost: String?
+        public var apnsPort: Int?
+        public var caFile: String?
+        public var connections: Int?
+        public var maxStreams: Int?
+        /// Token auth.
+        public var teamID: String?
+        public var keyID: String?
+        public var keyFile: String?
+        public var tokenRefreshMinutes: Int?
+        /// Certificate auth: PEM certificate and key, or a PKCS#12 file with its password in a file.
+        public var certificateFile: String?
+        public var privateKeyFile: String?
+        public var pkcs12File: String?
+        public var pkcs12PasswordFile: String?
+
+        public enum CodingKeys: String, CodingKey, CaseIterable {
+            case environment, connections
+            case bundleID = "bundle_id"
+            case apnsHost = "apns_host"
+            case apnsPort = "apns_port"
+            case caFile = "ca_file"
+            case maxStreams = "max_streams"
+            case teamID = "team_id"
+            case keyID = "key_id"
+            case keyFile = "key_file"
+            case tokenRefreshMinutes = "token_refresh_minutes"
+            case certificateFile = "certificate_file"
+            case privateKeyFile = "private_key_file"
+            case pkcs12File = "pkcs12_file"
+            case pkcs12PasswordFile = "pkcs12_password_file"
+        }
+    }
+
+    /// Parses and checks the text of the file at `path` (named in the errors only); errors say
+    /// what is wrong.
+    public static func parse(_ text: String, path: String) throws(ConfigFileError) -> ConfigFile {
+        do {
+            let file = try YAMLDecoder().decode(ConfigFile.self, from: text)
+            // Decoding skips keys it does not know: a misspelt `drain_timout` would silently leave
+            // the default in force. Every key must be one Herald reads.
+            let unknown = try ConfigFile.unknownKeys(in: text)
+            if !unknown.isEmpty {
+                throw ConfigFileError("the config file \(path) has unknown keys: \(unknown.joined(separator: ", ")) "
+                    + "(settings: \(CodingKeys.allCases.map(\.rawValue).joined(separator: ", "));"
+                    + " app settings: \(App.CodingKeys.allCases.map(\.rawValue).joined(separator: ", ")))")
+            }
+            return file
+        } catch let error as ConfigFileError {
+            throw error
+        } catch let error as DecodingError {
+            throw ConfigFileError("the config file \(path) is not valid: \(ConfigFile.explain(error))")
+        } catch {
+            throw ConfigFileError("the config file \(path) is not valid YAML or JSON: \(error)")
+        }
+    }
+
+    /// Keys of the file's mappings that no setting reads, as dotted paths (`apps.legacy.key_fil`).
+    static func unknownKeys(in text: String) throws -> [String] {
+        guard let root = try Yams.compose(yaml: text)?.mapping else { return [] }
+        var unknown: [String] = []
+        for (key, value) in root {
+            guard let name = key.string else { continue }
+            guard CodingKeys(rawValue: name) != nil else { unknown.append(name); continue }
+            guard name == CodingKeys.apps.rawValue, let apps = value.mapping else { continue }
+            for (appKey, app) in apps {
+                guard let appName = appKey.string, let settings = app.mapping else { continue }
+                for (settingKey, _) in settings {
+                    if let setting = settingKey.string, App.CodingKeys(rawValue: setting) == nil {
+                        unknown.append("apps.\(appName).\(setting)")
+                    }
+                }
+            }
+        }
+        return unknown
+    }
+
+    static func explain(_ error: DecodingError) -> String {
+        func path(_ keys: [any CodingKey]) -> String { keys.map(\.stringValue).joined(separator: ".") }
+        switch error {
+        case .typeMismatch(let type, let context): return "\(path(context.codingPath)) should be \(type)"
+        case .valueNotFound(let type, let context): return "\(path(context.codingPath)) should be \(type)"
+        case .keyNotFound(let key, let context): return "missing \(path(context.codingPath + [key]))"
+        case .dataCorrupted(let context): return "\(path(context.codingPath)): \(context.debugDescription)"
+        @unknown default: return "\(error)"
+        }
+    }
+}
+
+/// Why a config file was refused, in words for the operator (the file's path included).
+public struct ConfigFileError: Error, Equatable, Sendable, CustomStringConvertible {
+    public let description: String
+
+    public init(_ description: String) { self.description = description }
+}

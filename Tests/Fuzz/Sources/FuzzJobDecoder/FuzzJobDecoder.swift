@@ -1,0 +1,39 @@
+import APNs
+import Queue
+
+/// A stream entry as a producer could write it: the input split on NUL bytes into
+/// name, value, name, value, … (a trailing odd part is a name with an empty value), decoded as
+/// the worker decodes every entry it reads. A decoded job must hold only tokens and a template
+/// that pass the checks it was decoded with, and build each token's notification.
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    let bytes = UnsafeBufferPointer(start: data, count: size)
+    let parts = bytes.split(separator: 0, omittingEmptySubsequences: false)
+    var fields: [(name: String, value: [UInt8])] = []
+    var index = 0
+    while index < parts.count {
+        let name = String(decoding: parts[index], as: UTF8.self)
+        let value = index + 1 < parts.count ? Array(parts[index + 1]) : []
+        fields.append((name, value))
+        index += 2
+    }
+    let entryID = StreamEntryID(milliseconds: 1_700_000_000_000, sequence: 7)
+    for defaults in [JobDefaults(), JobDefaults(bundleID: "com.example.app", apnsIDNamespace: "default")] {
+        guard case .success(let job) = JobDecoder.decode(entryID: entryID, fields: fields, defaults: defaults) else {
+            continue
+        }
+        guard !job.tokens.isEmpty || !job.invalidTokens.isEmpty else { fatalError("a job with no tokens at all") }
+        for token in job.tokens {
+            if let error = Notification.deviceTokenError(token) { fatalError("decoded job kept a bad token: \(error)") }
+            let notification = job.notification(forToken: token)
+            do { try notification.validate() } catch { fatalError("a decoded job's notification is invalid: \(error)") }
+            guard let apnsID = notification.apnsID, UUIDString.isCanonical(apnsID) else {
+                fatalError("a decoded job's notification has no canonical apns-id")
+            }
+        }
+        _ = job.origin
+        _ = job.apnsIDBase
+        _ = job.enqueuedAt
+    }
+    return 0
+}
