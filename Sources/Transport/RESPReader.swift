@@ -1,4 +1,5 @@
 import COpenSSL
+import Glibc
 
 /// Reads Redis replies (RESP2) from a byte stream onto a `RedisReplyTape`, with bounded memory
 /// whatever a producer wrote into Redis.
@@ -41,10 +42,20 @@ public final class RESPReader {
     public let limits: Limits
     /// A header line split across two reads.
     private var line: [UInt8] = []
-    /// Per open array: elements still to come, how many of them are kept, and whether the next
+    /// One open array: elements still to come, how many of them are kept, and whether the next
     /// one is dropped (read, not stored).
-    private var stack: [(remaining: Int, keep: Int, dropping: Bool)] = []
-    // The bulk string in progress.
+    struct Frame {
+        var remaining: Int
+        var keep: Int
+        var dropping: Bool
+    }
+    /// The open arrays, innermost last: a fixed block, so counting an element costs no array
+    /// bookkeeping (this runs for every element of every reply).
+    private let stack: UnsafeMutablePointer<Frame>
+    private var depth = 0
+    /// Arrays nested deeper than this are a protocol error (Redis' replies nest a few levels).
+    static let maxDepth = 64
+    // The bulk string in progress (one that did not arrive whole in one read, or is being cut).
     private var bulkRemaining = -1
     private var bulkTerminator = 0
     private var bulkNode = -1
@@ -58,26 +69,28 @@ public final class RESPReader {
     public init(tape: RedisReplyTape, limits: Limits = Limits()) {
         self.tape = tape
         self.limits = limits
+        stack = .allocate(capacity: RESPReader.maxDepth)
     }
 
     deinit {
+        stack.deallocate()
         if let hasher { EVP_MD_CTX_free(hasher) }
     }
 
     /// Consumes `input` from `offset` until one whole reply is on the tape (true: the caller hands
     /// it out and resets the tape before calling again) or the input runs out (false).
     public func read(_ input: UnsafeRawBufferPointer, from offset: inout Int) throws(ProtocolError) -> Bool {
+        guard let base = input.baseAddress else { return false }
         let count = input.count
         while offset < count {
             if bulkRemaining >= 0 {
                 let take = min(bulkRemaining, count - offset)
-                let chunk = UnsafeRawBufferPointer(rebasing: input[offset..<offset + take])
                 let kept = min(take, bulkKeep)
                 if kept > 0 {
-                    tape.appendBytes(UnsafeRawBufferPointer(rebasing: chunk[0..<kept]))
+                    tape.appendBytes(UnsafeRawBufferPointer(start: base + offset, count: kept))
                     bulkKeep -= kept
                 }
-                if let hasher, take > 0 { _ = EVP_DigestUpdate(hasher, chunk.baseAddress, take) }
+                if let hasher, take > 0 { _ = EVP_DigestUpdate(hasher, base + offset, take) }
                 offset += take
                 bulkRemaining -= take
                 if bulkRemaining == 0 {
@@ -95,28 +108,31 @@ public final class RESPReader {
                 continue
             }
             // A header line: type byte, text, CRLF.
-            let rest = UnsafeRawBufferPointer(rebasing: input[offset..<count])
-            guard let newline = rest.firstIndex(of: 0x0A) else {
-                guard line.count + rest.count <= RESPReader.maxLineBytes else { throw ProtocolError(description: "a reply header longer than 64 KiB") }
-                line.append(contentsOf: rest)
+            guard let found = memchr(base + offset, 0x0A, count - offset) else {
+                guard line.count + count - offset <= RESPReader.maxLineBytes else { throw ProtocolError(description: "a reply header longer than 64 KiB") }
+                line.append(contentsOf: UnsafeRawBufferPointer(start: base + offset, count: count - offset))
                 offset = count
                 return false
             }
-            let lineEnd = offset + (newline - rest.startIndex)
+            let lineEnd = UnsafeRawPointer(found) - base
             let complete: Bool
             if line.isEmpty {
-                complete = try header(UnsafeRawBufferPointer(rebasing: input[offset..<lineEnd]))
+                let text = UnsafeRawBufferPointer(start: base + offset, count: lineEnd - offset)
+                offset = lineEnd + 1
+                complete = try header(text, input: input, offset: &offset)
             } else {
                 guard line.count + (lineEnd - offset) <= RESPReader.maxLineBytes else { throw ProtocolError(description: "a reply header longer than 64 KiB") }
-                line.append(contentsOf: UnsafeRawBufferPointer(rebasing: input[offset..<lineEnd]))
+                line.append(contentsOf: UnsafeRawBufferPointer(start: base + offset, count: lineEnd - offset))
                 let joined = line
                 line.removeAll(keepingCapacity: true)
+                offset = lineEnd + 1
+                var at = offset
                 let outcome: Result<Bool, ProtocolError> = joined.withUnsafeBytes { bytes in
-                    do throws(ProtocolError) { return .success(try header(bytes)) } catch { return .failure(error) }
+                    do throws(ProtocolError) { return .success(try header(bytes, input: input, offset: &at)) } catch { return .failure(error) }
                 }
+                offset = at
                 complete = try outcome.get()
             }
-            offset = lineEnd + 1
             if complete { return true }
         }
         return false
@@ -125,7 +141,7 @@ public final class RESPReader {
     /// Forgets a partial reply (after the connection failed).
     public func reset() {
         line.removeAll()
-        stack.removeAll()
+        depth = 0
         bulkRemaining = -1
         bulkTerminator = 0
         bulkNode = -1
@@ -133,27 +149,15 @@ public final class RESPReader {
         tape.reset()
     }
 
-    /// Handles one header line (without its LF); true when it completed the reply.
-    private func header(_ raw: UnsafeRawBufferPointer) throws(ProtocolError) -> Bool {
+    /// Handles one header line (without its LF; `offset` is just past it); true when it completed
+    /// the reply. A bulk string that is all in `input` is taken here at once.
+    private func header(_ raw: UnsafeRawBufferPointer, input: UnsafeRawBufferPointer, offset: inout Int) throws(ProtocolError) -> Bool {
         var text = raw
         if let last = text.last, last == 0x0D { text = UnsafeRawBufferPointer(rebasing: text[text.startIndex..<text.endIndex - 1]) }
         guard let type = text.first else { throw ProtocolError(description: "an empty reply header") }
         let body = UnsafeRawBufferPointer(rebasing: text[(text.startIndex + 1)...])
-        let dropping = stack.last?.dropping ?? false
+        let dropping = depth > 0 && stack[depth - 1].dropping
         switch type {
-        case UInt8(ascii: "+"), UInt8(ascii: "-"):
-            if !dropping {
-                let kind: RedisReplyTape.Node.Kind = type == UInt8(ascii: "+") ? .status : .error
-                let node = tape.beginString(kind)
-                let kept = min(body.count, max(0, limits.maxReplyBytes - tape.byteCount))
-                tape.appendBytes(UnsafeRawBufferPointer(rebasing: body[body.startIndex..<body.startIndex + kept]))
-                tape.endString(node)
-            }
-            return valueCompleted()
-        case UInt8(ascii: ":"):
-            let value = try RESPReader.integer(body)
-            if !dropping { tape.appendNode(.integer, value: value) }
-            return valueCompleted()
         case UInt8(ascii: "$"):
             let length = try RESPReader.integer(body)
             if length == -1 {
@@ -161,26 +165,41 @@ public final class RESPReader {
                 return valueCompleted()
             }
             guard length >= 0, length <= Int64(Int32.max) else { throw ProtocolError(description: "a bulk string of length \(length)") }
-            bulkLength = Int(length)
-            bulkDropped = dropping
+            let bulk = Int(length)
+            let available = input.count - offset
             if dropping {
+                if available >= bulk + 2 {
+                    offset += bulk + 2
+                    return valueCompleted()
+                }
                 bulkNode = -1
                 bulkKeep = 0
+                bulkDropped = true
+                bulkLength = bulk
+                bulkRemaining = bulk
+                return false
+            }
+            let room = limits.maxReplyBytes - tape.byteCount
+            if bulk <= limits.maxBulkBytes, bulk <= room, available >= bulk + 2 {
+                // The usual string: whole, within the limits, all in this read.
+                tape.appendString(.string, UnsafeRawBufferPointer(start: input.baseAddress! + offset, count: bulk))
+                offset += bulk + 2
+                return valueCompleted()
+            }
+            bulkLength = bulk
+            bulkDropped = false
+            bulkKeep = bulk <= limits.maxBulkBytes ? bulk : limits.keptPrefixBytes
+            if bulkKeep > max(0, room) {
+                bulkKeep = 0
+                bulkOverBudget = true
             } else {
-                bulkNode = tape.beginString(.string)
-                let room = max(0, limits.maxReplyBytes - tape.byteCount)
-                bulkKeep = bulkLength <= limits.maxBulkBytes ? bulkLength : limits.keptPrefixBytes
-                if bulkKeep > room {
-                    bulkKeep = 0
-                    bulkOverBudget = true
-                } else {
-                    bulkOverBudget = false
-                }
-                if bulkKeep < bulkLength {
-                    // Cut: hash the whole string on the way so the caller can say what it was.
-                    if hasher == nil { hasher = EVP_MD_CTX_new() }
-                    if let hasher { _ = EVP_DigestInit_ex(hasher, EVP_sha256(), nil) }
-                }
+                bulkOverBudget = false
+            }
+            bulkNode = tape.beginString(.string)
+            if bulkKeep < bulkLength {
+                // Cut: hash the whole string on the way so the caller can say what it was.
+                if hasher == nil { hasher = EVP_MD_CTX_new() }
+                if let hasher { _ = EVP_DigestInit_ex(hasher, EVP_sha256(), nil) }
             }
             bulkRemaining = bulkLength
             if bulkLength == 0 {
@@ -197,24 +216,42 @@ public final class RESPReader {
             }
             guard elements >= 0, elements <= Int64(Int32.max) else { throw ProtocolError(description: "an array of \(elements) elements") }
             let total = Int(elements)
-            if dropping {
-                if total == 0 { return valueCompleted() }
-                stack.append((total, 0, true))
-                return false
+            if total == 0 {
+                if !dropping { tape.appendNode(.array, value: 0) }
+                return valueCompleted()
             }
-            let kept = min(total, limits.maxArrayElements)
-            let node = tape.appendNode(.array, value: Int64(kept))
-            if kept < total { tape.markTruncated(node, fullLength: total, sha256: []) }
-            if total == 0 { return valueCompleted() }
-            stack.append((total, kept, kept == 0))
+            guard depth < RESPReader.maxDepth else { throw ProtocolError(description: "arrays nested deeper than \(RESPReader.maxDepth)") }
+            if dropping {
+                stack[depth] = Frame(remaining: total, keep: 0, dropping: true)
+            } else {
+                let kept = min(total, limits.maxArrayElements)
+                let node = tape.appendNode(.array, value: Int64(kept))
+                if kept < total { tape.markTruncated(node, fullLength: total, sha256: []) }
+                stack[depth] = Frame(remaining: total, keep: kept, dropping: kept == 0)
+            }
+            depth += 1
             return false
+        case UInt8(ascii: "+"), UInt8(ascii: "-"):
+            if !dropping {
+                let kind: RedisReplyTape.Node.Kind = type == UInt8(ascii: "+") ? .status : .error
+                let kept = max(0, min(body.count, limits.maxReplyBytes - tape.byteCount))
+                tape.appendString(kind, UnsafeRawBufferPointer(rebasing: body[body.startIndex..<body.startIndex + kept]))
+            }
+            return valueCompleted()
+        case UInt8(ascii: ":"):
+            let value = try RESPReader.integer(body)
+            if !dropping { tape.appendNode(.integer, value: value) }
+            return valueCompleted()
         default:
             throw ProtocolError(description: "a reply that starts with byte \(type)")
         }
     }
 
     private func finishBulk() {
-        guard !bulkDropped, bulkNode >= 0 else { return }
+        guard !bulkDropped, bulkNode >= 0 else {
+            bulkDropped = false
+            return
+        }
         tape.endString(bulkNode)
         if let hasher, bulkLength > Int(tape.nodes[bulkNode].length) {
             var digest = [UInt8](repeating: 0, count: 32)
@@ -226,18 +263,19 @@ public final class RESPReader {
     }
 
     /// One value ended: counts it against the open arrays; true when the whole reply ended.
+    @inline(__always)
     private func valueCompleted() -> Bool {
-        while let top = stack.last {
-            let remaining = top.remaining - 1
-            if remaining == 0 {
-                stack.removeLast()
+        while depth > 0 {
+            let top = stack + (depth - 1)
+            top.pointee.remaining -= 1
+            if top.pointee.remaining == 0 {
+                depth -= 1
                 continue
             }
-            stack[stack.count - 1].remaining = remaining
-            if !top.dropping {
+            if !top.pointee.dropping {
                 // Past the elements this array keeps: the rest are read and dropped.
-                stack[stack.count - 1].keep = top.keep - 1
-                if top.keep - 1 == 0 { stack[stack.count - 1].dropping = true }
+                top.pointee.keep -= 1
+                if top.pointee.keep == 0 { top.pointee.dropping = true }
             }
             return false
         }

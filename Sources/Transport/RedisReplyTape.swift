@@ -72,6 +72,13 @@ public final class RedisReplyTape {
         return nodes.count - 1
     }
 
+    /// A whole string node at once: its bytes and its final length.
+    @inline(__always)
+    func appendString(_ kind: Node.Kind, _ chunk: UnsafeRawBufferPointer) {
+        nodes.append(Node(kind: kind, value: 0, start: Int32(truncatingIfNeeded: bytes.count), length: Int32(truncatingIfNeeded: chunk.count)))
+        if !chunk.isEmpty { bytes.append(contentsOf: chunk) }
+    }
+
     func appendBytes(_ chunk: UnsafeRawBufferPointer) {
         if !chunk.isEmpty { bytes.append(contentsOf: chunk) }
     }

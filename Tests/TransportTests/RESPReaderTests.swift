@@ -116,6 +116,16 @@ struct RESPReaderTests {
     }
 
     @Test
+    func nestingPastTheDepthLimitThrowsAndWithinItReads() throws {
+        let deep = String(repeating: "*1\r\n", count: RESPReader.maxDepth + 1) + ":1\r\n"
+        #expect(throws: RESPReader.ProtocolError.self) { try Self.read(Array(deep.utf8), chunks: [7]) }
+        var nested = RedisReply.integer(1)
+        for _ in 0..<RESPReader.maxDepth { nested = .array([nested]) }
+        let read = try Self.read(Self.encode(nested), chunks: [5])
+        #expect(read.map(\.0) == [nested])
+    }
+
+    @Test
     func endlessHeaderLineThrows() {
         let input = [UInt8(ascii: "+")] + [UInt8](repeating: 65, count: 70_000)
         #expect(throws: RESPReader.ProtocolError.self) { try Self.read(input, chunks: [4096]) }
