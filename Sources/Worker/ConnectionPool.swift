@@ -19,6 +19,9 @@ public struct PoolConfiguration: Sendable {
     public var maintenanceIntervalMilliseconds: Int64 = 1_000
     /// How long a stream may wait for its answer before it is reset (`--response-timeout`).
     public var responseTimeoutMilliseconds: Int64 = 30_000
+    /// How long a connection may go without input before a PING checks it (`--ping-interval`); an
+    /// unanswered PING closes it after this long again, at most 10 s.
+    public var pingIntervalMilliseconds: Int64 = 60_000
     /// 5xx answers in a row on one connection (no success between) after which it is replaced,
     /// as a failure. A single 500 or 503 leaves the connection up: closing on each one turns a
     /// low error rate into a reconnect storm. Answers arrive in bursts, so a short run of 5xx
@@ -302,6 +305,8 @@ public final class ConnectionPool: APNsConnectionDelegate {
             maxStreams: configuration.maxStreams, identifier: index)
         connection.delegate = self
         connection.responseTimeoutMilliseconds = configuration.responseTimeoutMilliseconds
+        connection.pingIntervalMilliseconds = configuration.pingIntervalMilliseconds
+        connection.pingTimeoutMilliseconds = min(10_000, configuration.pingIntervalMilliseconds)
         if let tokens { connection.clock = tokens.time }
         members[index].connection = connection
         members[index].acceptedSinceConnect = false

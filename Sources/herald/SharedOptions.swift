@@ -42,6 +42,17 @@ struct APNsTargetOptions: ParsableArguments {
             help: "Seconds a notification waits for APNs' answer before its stream is reset and it is retried as an attempt with an unknown outcome, 1 to 3600 (env HERALD_RESPONSE_TIMEOUT; default 30).")
     var responseTimeout: Int?
 
+    @Option(name: .customLong("ping-interval"),
+            help: "Seconds a connection may go without input before a PING checks it; an unanswered PING closes it after as long again, at most 10 s. 1 to 3600 (env HERALD_PING_INTERVAL; default 60).")
+    var pingInterval: Int?
+
+    /// `--ping-interval` (or HERALD_PING_INTERVAL) in milliseconds, checked.
+    func pingIntervalMilliseconds() throws -> Int64 {
+        let seconds = try pingInterval ?? intEnvironment("PING_INTERVAL") ?? 60
+        guard (1...3600).contains(seconds) else { throw ValidationError("--ping-interval must be 1 to 3600 seconds, not \(seconds)") }
+        return Int64(seconds) * 1000
+    }
+
     /// `--response-timeout` (or HERALD_RESPONSE_TIMEOUT) in milliseconds, checked.
     func responseTimeoutMilliseconds() throws -> Int64 {
         let seconds = try responseTimeout ?? intEnvironment("RESPONSE_TIMEOUT") ?? 30
@@ -59,6 +70,7 @@ struct APNsTargetOptions: ParsableArguments {
             connections: try connections ?? intEnvironment("CONNECTIONS") ?? file?.connections,
             maxStreams: try maxStreams ?? intEnvironment("MAX_STREAMS") ?? file?.maxStreams)
         configuration.responseTimeoutMilliseconds = try responseTimeoutMilliseconds()
+        configuration.pingIntervalMilliseconds = try pingIntervalMilliseconds()
         return configuration
     }
 

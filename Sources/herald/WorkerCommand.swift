@@ -206,6 +206,7 @@ extension WorkerCommand {
                     : try CredentialsOptions().resolved(file: fileApp, appName: name)
             }
             pool.responseTimeoutMilliseconds = try target.responseTimeoutMilliseconds()
+            pool.pingIntervalMilliseconds = try target.pingIntervalMilliseconds()
             let bundle = isDefault ? (bundleID ?? environmentValue("BUNDLE_ID") ?? fileApp?.bundleID) : fileApp?.bundleID
             result.append(ResolvedApp(name: name, pool: pool, credentials: tokenCredentials, defaults: JobDefaults(bundleID: bundle)))
         }

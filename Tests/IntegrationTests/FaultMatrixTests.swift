@@ -129,10 +129,18 @@ extension IntegrationTests {
         }
 
         @Test func apnsPingsUnanswered() async throws {
-            // The worker PINGs a connection only after a minute without reads (no flag shortens it), so
-            // within this cell the fault changes nothing: it checks that every job is still counted.
-            try await FaultMatrix.apnsCell("APNs PINGs unanswered", emulator: [], midRun: { bed in
+            // The server goes silent: it answers neither streams nor PINGs for 4 s. With
+            // --ping-interval 1 the worker PINGs its quiet connections, gives up on them after 1 s
+            // more and opens new ones; what was in flight on them is retried. Every job is counted.
+            try await FaultMatrix.apnsCell("APNs silent, PINGs unanswered (4 s)", emulator: [], worker: ["--ping-interval", "1"], midRun: { bed in
                 try bed.control("ignore-ping/on")
+                try bed.control("stall/1")
+                try await Task.sleep(for: .seconds(4))
+                try bed.control("stall/0")
+                try bed.control("ignore-ping/off")
+            }, check: { _, _, counts in
+                #expect(FaultMatrix.int(counts, "pings_ignored") >= 1, "the worker PINGed the silent connections: \(counts)")
+                #expect(FaultMatrix.int(counts, "connections") > 2, "and replaced them: \(counts)")
             })
         }
 
