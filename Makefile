@@ -100,5 +100,5 @@ sanitize: deps
 	$(SWIFT) build --sanitize=address --scratch-path .build-asan
 	$(SANITIZE_ENV) LSAN_OPTIONS=suppressions=$(CURDIR)/Tests/Sanitizers/lsan-suppressions.txt \
 		$(SWIFT) test --sanitize=address --scratch-path .build-asan --filter 'APNsTests|TransportTests|QueueTests'
-	$(SANITIZE_ENV) ASAN_OPTIONS=detect_leaks=0 \
+	$(SANITIZE_ENV) ASAN_OPTIONS=detect_leaks=0 HERALD_UNDER_ASAN=1 \
 		$(SWIFT) test --sanitize=address --scratch-path .build-asan --skip-build --filter IntegrationTests
