@@ -97,10 +97,6 @@ public final class APNsConnection: HTTP2Endpoint {
     private var localCompletionsScheduled = false
     /// A GOAWAY arrived during input processing; the delegate hears it after nghttp2 returns.
     private var goingAwayToReport = false
-    /// Streams this connection reset because their answer did not come in time.
-    public private(set) var responseTimeouts = 0
-    /// Requests completed without being sent because their headers do not fit (`RequestHeaderBuilder.capacity`).
-    public private(set) var oversizedRequests = 0
 
     private let headers: RequestHeaderBuilder
 
@@ -281,7 +277,6 @@ public final class APNsConnection: HTTP2Endpoint {
         guard let streamID = submitted else {
             // Never sent with a header cut short: this one notification fails on its own, and the
             // connection and its provider token stay untouched.
-            oversizedRequests += 1
             slots[index].request = consume request
             slots[index].status = 0
             slots[index].failure = nil
@@ -349,7 +344,7 @@ public final class APNsConnection: HTTP2Endpoint {
         completed.append(Int32(index))
         // A stream Herald reset itself closes while its RST_STREAM is sent (in a flush, not in
         // input processing): hand it out on the next loop turn.
-        if slots[index].failure == .responseTimeout { scheduleLocalCompletions() }
+        if case .responseTimeout? = slots[index].failure { scheduleLocalCompletions() }
     }
 
     fileprivate func onFrameSend(type: UInt8, streamID: Int32) {
@@ -500,7 +495,6 @@ public final class APNsConnection: HTTP2Endpoint {
             for index in slots.indices where slots[index].request != nil && slots[index].failure == nil && !slots[index].notSent {
                 guard let submittedAt = slots[index].request?.submittedAt, submittedAt <= oldestAllowed else { continue }
                 slots[index].failure = .responseTimeout
-                responseTimeouts += 1
                 if nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), slots[index].streamID,
                                              UInt32(NGHTTP2_CANCEL.rawValue)) == 0 {
                     reset = true

@@ -13,8 +13,6 @@ public final class HTTP2Listener: IOHandler {
     private var pause: Int64 = 0
     private var resumeTimer: EventLoop.TimerID?
     private var closed = false
-    /// Accepts that found no descriptor (each followed by a pause).
-    public private(set) var outOfDescriptors = 0
 
     public init(loop: EventLoop, host: String, port: Int, accepted: @escaping (Int32) -> Void) throws(SystemError) {
         self.loop = loop
@@ -34,7 +32,6 @@ public final class HTTP2Listener: IOHandler {
             case .noneWaiting, .failed:
                 return
             case .outOfDescriptors:
-                outOfDescriptors += 1
                 pauseAccepting()
                 return
             }

@@ -172,12 +172,9 @@ public final class RedisConnection: IOHandler, TickObserver {
             failSoon(.connectFailed("\(endpoint): \(error)"))
             return
         }
-        reader = RESPReader(tape: tape, limits: readerLimits)
+        reader = RESPReader(tape: tape)
         connecting = true
     }
-
-    /// What one reply may keep (see `RESPReader`): an outsized value costs a bounded prefix.
-    public var readerLimits = RESPReader.Limits()
 
     /// How long connecting and the handshake may take before the attempt counts as failed.
     public var connectTimeoutMilliseconds: Int64 = 5_000

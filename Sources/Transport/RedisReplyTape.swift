@@ -59,12 +59,6 @@ public final class RedisReplyTape {
     /// Bytes the tape holds on to (for tests of its memory).
     public var byteCapacity: Int { bytes.capacity }
 
-    /// Where node `index` was cut, if it was.
-    public func truncation(of index: Int) -> Truncation? {
-        if truncations.isEmpty { return nil }
-        return truncations.first { $0.node == index }
-    }
-
     // Building, for `RESPReader`.
 
     func beginString(_ kind: Node.Kind) -> Int {

@@ -19,7 +19,8 @@ extension IntegrationTests {
                 _ = try await bed.client.xadd(keys.jobs, count: 100) { index in
                     [("token", WorkerHarness.deviceToken(index)), ("payload", WorkerHarness.payload(index))]
                 }
-                let (worker, http) = try bed.startWorker(["--redis", bed.redis.url, "--bundle-id", "com.example.app", "--log-format", "logfmt"]
+                let (worker, http) = try bed.startWorker(["--redis", bed.redis.url, "--bundle-id", "com.example.app", "--log-format", "logfmt",
+                                                          "--log-level", "debug"]
                                                          + emulator.workerArguments)
                 try await waitFor("the worker drains the first jobs", timeout: .seconds(30), interval: .milliseconds(100)) {
                     try worker.requireRunning()
@@ -37,7 +38,11 @@ extension IntegrationTests {
                 for _ in 0..<20 { idle.append(try Self.connect(port: http.port)) }
                 // Redis drops the worker's connections; reconnecting needs new descriptors.
                 _ = try await bed.client.command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
-                try await Task.sleep(for: .milliseconds(500))
+                try await waitFor("the worker's Redis reconnect finds no descriptor", timeout: .seconds(15), interval: .milliseconds(50)) {
+                    try worker.requireRunning()
+                    return worker.stderr.contains("Too many open files")
+                }
+                // Now out of descriptors on both sides: it must wait, not spin (a 2 s window of CPU time).
                 let cpuBefore = try Self.cpuTicks(worker.pid)
                 try await Task.sleep(for: .seconds(2))
                 let cpuAfter = try Self.cpuTicks(worker.pid)

@@ -43,16 +43,7 @@ final class RedisClient: RedisConnectionDelegate, @unchecked Sendable {
 
     /// Sends one command and returns Redis' reply (an `.error` reply is returned, not thrown).
     func send(_ arguments: [String]) async throws -> RedisReply {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<RedisReply, any Error>) in
-            thread.loop.execute { [self] in
-                live().send(arguments) { result in
-                    switch result {
-                    case .success(let reply): continuation.resume(returning: reply)
-                    case .failure(let error): continuation.resume(throwing: error)
-                    }
-                }
-            }
-        }
+        try await send(arguments: arguments.map { .text($0) })
     }
 
     /// Sends one command with byte arguments (binary field names, values).
