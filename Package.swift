@@ -21,13 +21,15 @@ let package = Package(
         .library(name: "HeraldObservability", targets: ["Observability"]),
         .library(name: "HeraldConfig", targets: ["HeraldConfig"]),
     ],
+    // Exact versions: two builds of one commit compile the same code. (Package.resolved stays out of
+    // git because a mirror may record other commit ids than the public repositories.)
     dependencies: [
-        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
-        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
-        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
-        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
-        .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
-        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser", exact: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", exact: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics", exact: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", exact: "2.4.1"),
+        .package(url: "https://github.com/jpsim/Yams", exact: "6.2.2"),
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", exact: "0.2.0"),
         // Tests only: random event sequences for the delivery rules' properties.
         .package(url: "https://github.com/x-sheep/swift-property-based", exact: "2.0.1"),
     ],
@@ -75,7 +77,7 @@ let package = Package(
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ],
             swiftSettings: swiftSettings),
-        // Connection pool, provider tokens, and (later) the Redis-fed pipeline.
+        // The queue worker: connection pool, provider tokens, delivery rules, the Redis-fed pipeline.
         .target(
             name: "Worker",
             dependencies: [

@@ -18,7 +18,7 @@ let package = Package(
     dependencies: [
         .package(path: ".."),
         // The MallocInterposer trait gives the malloc counts on Swift 6.3 and later.
-        .package(url: "https://github.com/ordo-one/benchmark", from: "1.38.1", traits: ["MallocInterposer"]),
+        .package(url: "https://github.com/ordo-one/benchmark", exact: "1.38.1", traits: ["MallocInterposer"]),
     ],
     targets: [
         // What the benchmarks and the profile driver share: inputs and the in-memory HTTP/2 pair.
