@@ -92,10 +92,16 @@ let package = Package(
         .target(
             name: "HeraldConfig", dependencies: [.product(name: "Yams", package: "Yams")],
             swiftSettings: swiftSettings),
+        // Herald's version (in source) and the git commit it was built from (written at build time
+        // by the BuildInfo plugin), for --version, the startup log line and herald_build_info.
+        .target(name: "HeraldBuildInfo", swiftSettings: swiftSettings, plugins: ["BuildInfo"]),
+        // Runs git on every build and writes the commit into a Swift file (HERALD_COMMIT or
+        // "unknown" without a .git, e.g. in a source tarball or a Docker build context).
+        .plugin(name: "BuildInfo", capability: .buildTool()),
         .executableTarget(
             name: "herald",
             dependencies: [
-                "APNs", "Transport", "MockAPNs", "Queue", "Worker", "Observability", "LoadGen", "HeraldConfig",
+                "APNs", "Transport", "MockAPNs", "Queue", "Worker", "Observability", "LoadGen", "HeraldConfig", "HeraldBuildInfo",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -115,7 +121,7 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["APNs", "Transport", "MockAPNs", "Queue", "Worker", "LoadGen"],
+            dependencies: ["APNs", "Transport", "MockAPNs", "Queue", "Worker", "LoadGen", "HeraldBuildInfo"],
             swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]

@@ -25,6 +25,9 @@ public final class Enqueuer: RedisConnectionDelegate {
     public private(set) var added = 0
     public private(set) var firstID: String?
     public private(set) var error: String?
+    /// The same failure as `error`, typed: a command tells a refused password (configuration)
+    /// from a refused connection (Redis unavailable) by it.
+    public private(set) var failure: RedisError?
     /// When paced: the furthest the producer fell behind its schedule, µs.
     public private(set) var maxBehindMicros: Int64 = 0
     private var startMicros: Int64 = 0
@@ -67,7 +70,10 @@ public final class Enqueuer: RedisConnectionDelegate {
     }
 
     public func redisConnectionClosed(_ connection: RedisConnection, error: RedisError) {
-        if added < count, self.error == nil { self.error = error.description }
+        if added < count, self.error == nil {
+            self.error = error.description
+            failure = error
+        }
         finish()
     }
 
@@ -111,13 +117,17 @@ public final class Enqueuer: RedisConnectionDelegate {
             switch result {
             case .success(.error(let message)):
                 error = "Redis refused the job: \(message)"
+                failure = .server("refused the job: \(message)")
                 finish()
             case .success(let reply):
                 if firstID == nil { firstID = reply.string }
                 added += 1
                 if added == count { finish() } else if ratePerSecond == nil { fill() }
             case .failure(let failure):
-                if error == nil { error = failure.description }
+                if error == nil {
+                    error = failure.description
+                    self.failure = failure
+                }
                 finish()
             }
         }

@@ -5,7 +5,12 @@ import HeraldConfig
 extension ConfigFile {
     /// Reads and checks the file; errors say which file and what is wrong.
     static func load(_ path: String) throws -> ConfigFile {
-        let text = try readFile(path)
+        let text: String
+        do {
+            text = try readFile(path)
+        } catch let error as ValidationError {
+            throw ValidationError("cannot read the config file (--config or HERALD_CONFIG): \(error.message)")
+        }
         do {
             return try ConfigFile.parse(text, path: path)
         } catch {

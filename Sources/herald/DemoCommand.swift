@@ -1,5 +1,6 @@
 import ArgumentParser
 import Glibc
+import HeraldBuildInfo
 import LoadGen
 
 struct DemoCommand: ParsableCommand {
@@ -57,7 +58,7 @@ struct DemoCommand: ParsableCommand {
             // A failed run is no usage error: say what happened, without the help text.
             let bytes = Array("error: not every notification has exactly one outcome (lost \(report.lost), duplicated \(report.duplicated))\n".utf8)
             _ = bytes.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
-            throw ExitCode(2)
+            throw ExitCode(ExitStatus.failure.rawValue)
         }
     }
 }

@@ -10,58 +10,90 @@ struct EnqueueCommand: ParsableCommand {
         abstract: "Add jobs to a queue, validated first (one, or --count N copies for trials).",
         discussion: """
             A job is one stream entry of flat fields; any Redis client can add one (see docs/job-format.md). \
-            This command checks the job first and says what is wrong instead of adding it.
+            This command checks the job first and says what is wrong instead of adding it (exit 65). \
+            It takes the same notification flags as `herald send`; --field adds fields of your own \
+            (user_id, campaign, …), which Herald carries into retries and dead letters. Prints the \
+            entry id (one job) or a count. Exits 69 when Redis cannot be reached.
             """)
 
     @OptionGroup var queueOptions: QueueOptions
-    @Option(help: "Device token, hex.") var token: String?
-    @Option(help: "Comma-separated device tokens (fan-out of one payload, up to 10,000).") var tokens: String?
-    @Option(help: "The notification's JSON payload.") var payload: String?
-    @Option(help: "apns-topic (default: the worker's --bundle-id plus the push type's suffix).") var topic: String?
-    @Option(name: .customLong("push-type"), help: "apns-push-type (default alert).") var pushType: String?
-    @Option(help: "apns-priority: 10, 5 or 1.") var priority: String?
-    @Option(help: "apns-expiration in UNIX seconds (0: try once).") var expiration: String?
-    @Option(name: .customLong("collapse-id"), help: "apns-collapse-id.") var collapseID: String?
-    @Option(help: "apns-id (canonical lowercase UUID); derived from the entry when absent.") var id: String?
-    @Option(help: "How many copies to add (trials and benchmarks).") var count = 1
-    @Option(name: .customLong("distinct-tokens"), help: "With --count: vary the last bytes of --token so copies go to this many distinct tokens.") var distinctTokens: Int?
+    @OptionGroup(title: "Notification") var notification: NotificationOptions
+    @Option(name: .customLong("field"), help: "A field of your own, NAME=VALUE (repeatable); not one of Herald's field names.")
+    var customFields: [String] = []
+    @Option(name: .customLong("distinct-tokens"), help: "With --count and one --token: vary the token's last 8 hex digits so copies go to this many distinct tokens (default: all to the one token).")
+    var distinctTokens: Int?
 
-    func run() throws {
-        guard count >= 1 else { throw ValidationError("--count must be at least 1") }
+    /// Names a --field may not take: the job fields the flags set, Herald's own bookkeeping, and
+    /// what a dead letter adds.
+    static let reservedFieldNames: Set<String> = Set([
+        JobField.token, JobField.tokens, JobField.payload, JobField.topic, JobField.pushType, JobField.priority,
+        JobField.expiration, JobField.collapseID, JobField.id, JobField.app,
+    ]).union(JobField.herald).union(DeadLetter.droppedOnRequeue)
+
+    func validate() throws {
+        if let distinctTokens {
+            guard distinctTokens >= 1 else { throw ValidationError("--distinct-tokens must be at least 1") }
+            guard notification.tokens.count == 1 else { throw ValidationError("--distinct-tokens varies one --token; give exactly one") }
+        }
+        _ = try extraFields()
+    }
+
+    /// The --field pairs, checked.
+    func extraFields() throws -> [(name: String, value: String)] {
+        try customFields.map { argument in
+            guard let equals = argument.firstIndex(of: "="), equals != argument.startIndex else {
+                throw ValidationError("--field takes NAME=VALUE, e.g. --field user_id=42; got \(argument)")
+            }
+            let name = String(argument[..<equals])
+            guard !EnqueueCommand.reservedFieldNames.contains(name) else {
+                throw ValidationError("--field \(name)=… is a field Herald reads or writes itself; use its own flag (see --help) or another name")
+            }
+            return (name, String(argument[argument.index(after: equals)...]))
+        }
+    }
+
+    /// The job's fields, in the order the flags are listed.
+    func fields() throws -> [(name: String, value: [UInt8])] {
         var fields: [(name: String, value: [UInt8])] = []
         func add(_ name: String, _ value: String?) { if let value { fields.append((name, Array(value.utf8))) } }
-        add(JobField.token, token)
-        add(JobField.tokens, tokens)
-        add(JobField.payload, payload)
-        add(JobField.topic, topic)
-        add(JobField.pushType, pushType)
-        add(JobField.priority, priority)
-        add(JobField.expiration, expiration)
-        add(JobField.collapseID, collapseID)
-        add(JobField.id, id)
+        let tokens = notification.tokens
+        if tokens.count == 1 { add(JobField.token, tokens[0]) } else { add(JobField.tokens, tokens.joined(separator: ",")) }
+        add(JobField.payload, notification.payload)
+        add(JobField.topic, notification.resolvedTopic(environmentBundleID: nil))
+        if notification.pushType != .alert { add(JobField.pushType, notification.pushType.rawValue) }
+        add(JobField.priority, notification.priority.map { String($0.rawValue) })
+        add(JobField.expiration, notification.expiration.map { String($0) })
+        add(JobField.collapseID, notification.collapseID)
+        add(JobField.id, notification.apnsID)
+        add(JobField.app, notification.app)
+        for (name, value) in try extraFields() { add(name, value) }
+        return fields
+    }
+
+    func run() throws {
+        let fields = try fields()
         // Validate as the worker will; a missing topic is the worker's to fill in from its bundle id.
-        let defaults = JobDefaults(bundleID: topic == nil ? "com.example.validation" : nil)
-        if case .failure(let error) = JobDecoder.decode(entryID: StreamEntryID(milliseconds: 1, sequence: 0), fields: fields, defaults: defaults) {
-            throw ValidationError("not enqueued (\(error.code)): \(error.description)")
-        }
-        if case .success(let job) = JobDecoder.decode(entryID: StreamEntryID(milliseconds: 1, sequence: 0), fields: fields, defaults: defaults),
-           let bad = job.invalidTokens.first {
-            throw ValidationError("not enqueued (\(bad.error.code)): \(bad.error.description)")
-        }
-        if id != nil && count > 1 {
-            throw ValidationError("--id with --count would send one apns-id many times; leave --id out and Herald derives one per entry")
+        let defaults = JobDefaults(bundleID: notification.topic == nil && notification.bundleID == nil ? "com.example.validation" : nil)
+        switch JobDecoder.decode(entryID: StreamEntryID(milliseconds: 1, sequence: 0), fields: fields, defaults: defaults) {
+        case .failure(let error):
+            throw CommandFailure.badJobData("not enqueued (\(error.code)): \(error.description)")
+        case .success(let job):
+            if let bad = job.invalidTokens.first {
+                throw CommandFailure.badJobData("not enqueued (\(bad.error.code)): \(bad.error.description)")
+            }
         }
         let keys = queueOptions.keys()
-        let endpoint = try queueOptions.endpoint()
+        let endpoint = try CommandFailure.configuring { try queueOptions.endpoint() }
         let loop = try EventLoop()
         let connection = RedisConnection(loop: loop, endpoint: endpoint)
+        let count = notification.count
         let enqueue = Enqueuer(loop: loop, connection: connection, keys: keys, fields: fields, count: count,
-                               baseToken: token, distinctTokens: distinctTokens)
+                               baseToken: notification.tokens.first, distinctTokens: distinctTokens)
         connection.delegate = enqueue
         connection.connect()
         let started = EventLoop.monotonicMilliseconds()
         loop.run()
-        if let error = enqueue.error { throw ValidationError(error) }
+        if let failure = enqueue.failure { throw CommandFailure.redis(failure) }
         let elapsed = max(1, EventLoop.monotonicMilliseconds() - started)
         if count == 1, let first = enqueue.firstID {
             print(first)

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Glibc
+import HeraldBuildInfo
 import LoadGen
 import MockAPNs
 import Queue
@@ -15,7 +16,7 @@ struct LoadGenCommand: ParsableCommand {
             and starts the clock as the workers start; --rate paces the jobs instead (steady mode). \
             Latency runs from each job's enqueue time (stamped into the payload as "t") to the emulator's \
             answer, recorded in an HdrHistogram. Progress shows on a terminal; in a pipe only the report. \
-            Exits 2 when a notification was lost or duplicated, or the run timed out.
+            Exits 1 when a notification was lost or duplicated, or the run timed out.
             """)
 
     @Option(help: "Notifications to send (jobs × --fanout).") var notifications = 100_000
@@ -29,7 +30,7 @@ struct LoadGenCommand: ParsableCommand {
     @Option(help: "Event loops per worker process.") var threads = 1
     @Option(help: "HTTP/2 connections per worker loop.") var connections = 4
     @Option(name: .customLong("max-streams"), help: "Concurrent streams per connection (worker and emulator).") var maxStreams = 1000
-    @Option(help: "Worker XREADGROUP batch (default: the worker's).") var batch: Int?
+    @Option(help: "Worker XREADGROUP batch (default: the worker's, 256).") var batch: Int?
     @Option(name: .customLong("latency-ms"), help: "Emulated APNs round trip, ms.") var latencyMilliseconds = 0
     @Option(name: .customLong("error"), help: "Emulator fault STATUS:REASON:RATE, e.g. 503:ServiceUnavailable:0.01 (repeatable).") var errors: [String] = []
     @Option(name: .customLong("goaway-after"), help: "Emulator sends GOAWAY after this many streams per connection.") var goAwayAfter: Int?
@@ -37,18 +38,18 @@ struct LoadGenCommand: ParsableCommand {
     @Option(name: .customLong("unregistered-share"), help: "Share of tokens with --unregistered-prefix (default 0.05).") var unregisteredShare = 0.05
     @Option(help: "Seconds to wait for every outcome.") var timeout = 600
     @Option(help: "Seed for tokens, collapse and push-type draws.") var seed: UInt64 = 1
-    @Option(help: "Attach to this Redis instead of starting one (redis://…).") var redis: String?
+    @Option(help: "Attach to this Redis instead of starting one (redis://…; default: a private redis-server).") var redis: String?
     @Option(name: .customLong("redis-password-file"), help: "A file holding the attached Redis' password (or env HERALD_REDIS_PASSWORD / HERALD_REDIS_PASSWORD_FILE); the workers get it in their environment.")
     var redisPasswordFile: String?
     @Option(help: "Queue name (must be empty).") var queue = "default"
-    @Option(name: .customLong("apns-host"), help: "Attach to this APNs emulator instead of starting one.") var apnsHost: String?
-    @Option(name: .customLong("apns-port")) var apnsPort: Int?
+    @Option(name: .customLong("apns-host"), help: "Attach to this APNs emulator instead of starting one (default: one is started).") var apnsHost: String?
+    @Option(name: .customLong("apns-port"), help: "Port of the attached emulator (with --apns-host; default 443).") var apnsPort: Int?
     @Option(name: .customLong("ca-file"), help: "CA the workers trust for --apns-host.") var caFile: String?
     @Option(name: .customLong("apns-stats"), help: "HOST:PORT of the attached emulator's --stats-port.") var apnsStats: String?
     @Flag(name: .customLong("attach-workers"), help: "Measure workers already running: only enqueue and watch.") var attachWorkers = false
     @Option(name: .customLong("worker-metrics"), help: "HOST:PORT of an attached worker's /metrics (repeatable; for the superseded count).") var workerMetrics: [String] = []
-    @Option(help: "Write the report as JSON here.") var json: String?
-    @Option(help: "Write a latency-percentile chart (SVG) here.") var plot: String?
+    @Option(help: "Write the report as JSON here (default: not written).") var json: String?
+    @Option(help: "Write a latency-percentile chart (SVG) here (default: not written).") var plot: String?
     @Flag(name: .customLong("keep-files"), help: "Keep the temporary directory (logs, key, certificate).") var keepFiles = false
 
     func run() throws {
@@ -97,7 +98,7 @@ struct LoadGenCommand: ParsableCommand {
             try writeFile(plot, PercentilePlot.svg(latency: latency, title: "Herald end-to-end latency (enqueue → APNs answer)",
                                                    subtitle: LoadGenCommand.plotSubtitle(report)), mode: 0o644)
         }
-        if !report.isClean { throw ExitCode(2) }
+        if !report.isClean { throw ExitCode(ExitStatus.failure.rawValue) }
     }
 
     /// Runs `configuration`, with milestones and a progress line when stdout is a terminal.

@@ -26,22 +26,22 @@ struct MockAPNsCommand: ParsableCommand {
             """)
 
     @Option(help: "Address to listen on.") var host = "127.0.0.1"
-    @Option(help: "Port to listen on (0 picks a free one).") var port = 2197
+    @Option(help: "Port to listen on; 0 picks a free one.") var port = 2197
     @Option(help: "PEM certificate to present (default: a self-signed one generated at start).") var cert: String?
-    @Option(help: "PEM private key for --cert.") var key: String?
-    @Option(name: .customLong("cert-out"), help: "Write the certificate clients must trust (use it as their --ca-file).") var certOut: String?
+    @Option(help: "PEM private key for --cert (default: the generated certificate's).") var key: String?
+    @Option(name: .customLong("cert-out"), help: "Write the certificate clients must trust here (use it as their --ca-file; default: not written).") var certOut: String?
     @Option(name: .customLong("jwt-key"), help: "Public key PEM or .p8 that signs provider tokens; without it signatures are not checked.") var jwtKey: String?
     @Option(name: .customLong("write-key"), help: "Generate a new .p8 key, write it here, and verify tokens against it (for local trials).") var writeKey: String?
-    @Option(name: .customLong("team-id"), help: "Team id tokens must carry (with --jwt-key).") var teamID: String?
-    @Option(name: .customLong("key-id"), help: "Key id tokens must carry (with --jwt-key).") var keyID: String?
+    @Option(name: .customLong("team-id"), help: "Team id tokens must carry (with --jwt-key; with --write-key default TEAM000001).") var teamID: String?
+    @Option(name: .customLong("key-id"), help: "Key id tokens must carry (with --jwt-key; with --write-key default KEY0000001).") var keyID: String?
     @Option(name: .customLong("client-ca"), help: "Accept clients whose certificate verifies against this PEM file without a provider token (certificate auth).") var clientCA: String?
-    @Option(name: .customLong("bundle-id"), help: "When set, apns-topic must be this bundle id plus the push type's suffix.") var bundleID: String?
+    @Option(name: .customLong("bundle-id"), help: "When set, apns-topic must be this bundle id plus the push type's suffix (default: any topic).") var bundleID: String?
     @Option(name: .customLong("max-streams"), help: "Concurrent streams allowed after the first valid request.") var maxStreams: UInt32 = 1000
     @Option(name: .customLong("latency-ms"), help: "Delay before every answer, in milliseconds.") var latencyMilliseconds: Int64 = 0
-    @Option(name: .customLong("error"), help: "Inject STATUS:REASON:RATE, e.g. 503:ServiceUnavailable:0.01 (repeatable).") var errors: [String] = []
+    @Option(name: .customLong("error"), help: "Inject STATUS:REASON:RATE, e.g. 503:ServiceUnavailable:0.01 (repeatable; default none).") var errors: [String] = []
     @Option(name: .customLong("unregistered-prefix"), help: "Device tokens with this hex prefix are always 410 Unregistered.") var unregisteredPrefix: String?
     @Option(name: .customLong("throttle-prefix"), help: "Device tokens with this hex prefix get 429 TooManyRequests for their first --throttle-count requests.") var throttlePrefix: String?
-    @Option(name: .customLong("throttle-count")) var throttleCount = 1
+    @Option(name: .customLong("throttle-count"), help: "How many requests per --throttle-prefix token get 429 before it is accepted.") var throttleCount = 1
     @Option(name: .customLong("goaway-after"), help: "Each connection sends GOAWAY (Shutdown) after this many streams.") var goAwayAfter: Int?
     @Option(name: .customLong("disconnect-after"), help: "Each connection is dropped without GOAWAY after this many streams.") var disconnectAfter: Int?
     @Option(name: .customLong("stall"), help: "Leave this share (0 to 1) of requests unanswered: no HEADERS, no RST_STREAM; PINGs and other streams are still answered.") var stall: Double = 0
@@ -50,14 +50,14 @@ struct MockAPNsCommand: ParsableCommand {
     @Option(name: .customLong("garbage-body"), help: "Send KIND[:RATE] of error answers with a garbage body; KIND is text, binary, oversized (1 MiB), unknown-reason or long-reason (10 KiB).") var garbageBody: String?
     @Flag(name: .customLong("ignore-ping"), help: "Do not acknowledge PING frames.") var ignorePing = false
     @Flag(name: .customLong("reject-tokens"), help: "Answer every request with a provider token 403 InvalidProviderToken (until /_herald/reject-tokens/off).") var rejectTokens = false
-    @Option(name: .customLong("stats-out"), help: "Write the counts as JSON here on exit.") var statsOut: String?
+    @Option(name: .customLong("stats-out"), help: "Write the counts as JSON here on exit (default: only printed).") var statsOut: String?
     @Option(name: .customLong("stats-port"), help: "Also serve GET /_herald/stats over plain HTTP/1.1 on this port of --host (0 picks one; prints `stats on HOST:PORT`).") var statsPort: Int?
     @Option(name: .customLong("expect-notifications"), help: "Make room for this many apns-ids up front, so counting them never pauses a benchmark.") var expectNotifications = 0
     @Flag(name: .customLong("measure-latency"), help: "Record enqueue-to-answer latency of accepted requests from the payload's top-level \"t\" (ms or µs since the epoch); percentiles go into the stats.") var measureLatency = false
-    @Option(name: .customLong("log-level")) var logLevel: String?
+    @OptionGroup var log: LogOptions
 
     func run() throws {
-        let logger = try makeLogger(label: "herald.mock-apns", level: logLevel)
+        let logger = try log.makeLogger(label: "herald.mock-apns")
         var configuration = MockAPNsConfiguration()
         configuration.host = host
         configuration.port = port
@@ -109,7 +109,7 @@ struct MockAPNsCommand: ParsableCommand {
             configuration.teamID = teamID ?? "TEAM000001"
             configuration.keyID = keyID ?? "KEY0000001"
         } else if let jwtKey {
-            configuration.jwtKeyPEM = try readFile(jwtKey)
+            configuration.jwtKeyPEM = try CommandFailure.configuring { try readFile(jwtKey) }
         } else {
             logger.warning("no --jwt-key: provider-token signatures are not checked")
         }

@@ -2,6 +2,7 @@ import APNs
 import ArgumentParser
 
 import Glibc
+import HeraldConfig
 import Logging
 import Transport
 import Worker
@@ -15,68 +16,71 @@ struct SendCommand: ParsableCommand {
               herald send --environment sandbox --team-id ABCDE12345 --key-id KEY1234567 \\
                 --key-file AuthKey_KEY1234567.p8 --bundle-id com.example.app --token <hex> \\
                 --payload '{"aps":{"alert":"Hello"}}'
-            With --count N each token gets N notifications, pipelined over the pool (a quick
+            It takes the same notification flags as `herald enqueue`. With --config (the worker's \
+            file) and --app NAME it sends as that app: its credentials, environment and bundle id. \
+            With --count N each token gets N notifications, pipelined over the pool (a quick \
             throughput check); with --quiet only the summary is printed.
+            Exits 0 when APNs accepted every notification, 1 when it rejected some, 65 for a \
+            notification Herald would refuse, 69 when APNs cannot be reached or --timeout passes, \
+            78 for missing or refused credentials.
             """)
 
     @OptionGroup var target: APNsTargetOptions
     @OptionGroup var credentials: CredentialsOptions
+    @OptionGroup(title: "Notification") var notification: NotificationOptions
+    @Option(help: "The worker's YAML or JSON config file, for --app (env HERALD_CONFIG; default none: flags and HERALD_* only).")
+    var config: String?
+    @Flag(help: "Print only the summary (default: one line per notification).") var quiet = false
+    @Option(help: "Give up after this many seconds, 1 to 86400.") var timeout = 60
+    @OptionGroup var log: LogOptions
 
-    @Option(name: .customLong("token"), help: "Device token, hex (repeatable).") var tokens: [String] = []
-    @Option(help: "JSON payload.") var payload = #"{"aps":{"alert":"Hello from Herald"}}"#
-    @Option(name: .customLong("bundle-id"), help: "App bundle id; the topic is this plus the push type's suffix (env HERALD_BUNDLE_ID).") var bundleID: String?
-    @Option(help: "apns-topic, when it is not the bundle id plus the push type's suffix.") var topic: String?
-    @Option(name: .customLong("push-type"), help: "apns-push-type.") var pushType = "alert"
-    @Option(help: "apns-priority: 10, 5 or 1.") var priority: Int?
-    @Option(help: "apns-expiration, UNIX seconds (0: try once).") var expiration: Int64?
-    @Option(name: .customLong("collapse-id"), help: "apns-collapse-id.") var collapseID: String?
-    @Option(name: .customLong("apns-id"), help: "apns-id (canonical lowercase UUID); generated when absent.") var apnsID: String?
-    @Option(help: "Notifications per token.") var count = 1
-    @Flag(help: "Print only the summary.") var quiet = false
-    @Option(help: "Give up after this many seconds.") var timeout = 60
-    @Option(name: .customLong("log-level")) var logLevel: String?
+    func validate() throws {
+        guard (1...86_400).contains(timeout) else { throw ValidationError("--timeout must be 1 to 86400 seconds, not \(timeout)") }
+    }
 
     func run() throws {
-        let logger = try makeLogger(label: "herald.send", level: logLevel ?? "warning")
-        guard !tokens.isEmpty else { throw ValidationError("give at least one --token") }
-        guard count >= 1 else { throw ValidationError("--count must be at least 1") }
-        guard let type = PushType(rawValue: pushType) else {
-            throw ValidationError("unknown --push-type \(pushType); one of: \(PushType.allCases.map(\.rawValue).joined(separator: ", "))")
+        let logger = try log.makeLogger(label: "herald.send", defaultLevel: .warning)
+        let file = try CommandFailure.configuring { try (config ?? environmentValue("CONFIG")).map(ConfigFile.load) }
+        let appName = notification.app ?? WorkerApp.defaultName
+        let apps = try Herald.resolveApps(file: file, target: target, credentials: credentials, bundleID: notification.bundleID)
+        guard let app = apps.first(where: { $0.name == appName }) else {
+            throw CommandFailure.configuration(file == nil
+                ? "--app \(appName) needs the config file that defines it: give --config FILE (or HERALD_CONFIG)"
+                : "no app \(appName) in the config file; it has: \(apps.map(\.name).joined(separator: ", "))")
         }
-        guard let resolvedTopic = topic ?? (bundleID ?? environmentValue("BUNDLE_ID")).map({ type.topic(bundleID: $0) }) else {
+        guard let resolvedTopic = notification.topic ?? app.defaults.bundleID.map({ notification.pushType.topic(bundleID: $0) }) else {
             throw ValidationError("give --bundle-id (or --topic): APNs needs the app's topic")
         }
-        var priorityValue: Priority? = nil
-        if let priority {
-            guard let value = Priority(rawValue: priority) else { throw ValidationError("--priority must be 10, 5 or 1") }
-            priorityValue = value
-        }
+        let tokens = notification.tokens
+        let count = notification.count
+        let payload = Array(notification.payload.utf8)
         var random = SystemRandomNumberGenerator()
         var notifications: [Notification] = []
         notifications.reserveCapacity(tokens.count * count)
         for token in tokens {
             for _ in 0..<count {
-                let notification = Notification(
-                    deviceToken: token, topic: resolvedTopic, pushType: type, priority: priorityValue,
-                    expiration: expiration, collapseID: collapseID,
-                    apnsID: apnsID ?? UUIDString.make(high: random.next(), low: random.next()),
-                    payload: Array(payload.utf8))
+                let item = Notification(
+                    deviceToken: token, topic: resolvedTopic, pushType: notification.pushType, priority: notification.priority,
+                    expiration: notification.expiration, collapseID: notification.collapseID,
+                    apnsID: notification.apnsID ?? UUIDString.make(high: random.next(), low: random.next()),
+                    payload: payload)
                 do {
-                    try notification.validate()
+                    try item.validate()
                 } catch {
-                    throw ValidationError("the notification for \(redacted(token)) is invalid (\(error.code)): \(error)")
+                    throw CommandFailure.badJobData("the notification for \(redacted(token)) is invalid (\(error.code)): \(error)")
                 }
-                notifications.append(notification)
+                notifications.append(item)
             }
         }
 
         let loop = try EventLoop()
-        let tokenSource = try credentials.tokenSource(time: .system, logger: logger)
-        let pool = try ConnectionPool(loop: loop, configuration: try target.poolConfiguration(), tokens: tokenSource, logger: logger)
+        let tokenSource = try app.credentials?.tokenSource(time: .system, logger: logger)
+        let pool = try CommandFailure.configuring {
+            try ConnectionPool(loop: loop, configuration: app.pool, tokens: tokenSource, logger: logger)
+        }
         let session = SendSession(loop: loop, pool: pool, notifications: notifications, quiet: quiet)
         pool.delegate = session
         let signals = try SignalWatcher(loop: loop) { _ in loop.stop() }
-        guard (1...86_400).contains(timeout) else { throw ValidationError("--timeout must be 1 to 86400 seconds, not \(timeout)") }
         loop.schedule(afterMilliseconds: Int64(timeout) * 1000) {
             session.timedOut = true
             loop.stop()
@@ -88,10 +92,15 @@ struct SendCommand: ParsableCommand {
         _ = signals
         pool.stop()
         session.printSummary()
-        if session.timedOut || session.completed < notifications.count || session.stoppedReason != nil {
-            throw ExitCode(2)
+        if let refused = session.credentialsRefused {
+            throw CommandFailure.configuration("APNs refused the credentials: \(refused). Check --team-id, --key-id and --key-file (or the app's certificate).")
         }
-        if session.accepted < notifications.count { throw ExitCode(1) }
+        if let unreachable = session.unreachable { throw CommandFailure.unavailable(unreachable) }
+        if session.timedOut || session.completed < notifications.count {
+            throw CommandFailure.unavailable("\(notifications.count - session.completed) of \(notifications.count) notifications unanswered"
+                + (session.timedOut ? " after --timeout \(timeout) s" : ""))
+        }
+        if session.accepted < notifications.count { throw ExitCode(ExitStatus.failure.rawValue) }
     }
 }
 
@@ -108,7 +117,10 @@ final class SendSession: ConnectionPoolDelegate {
     var startedAt: Int64 = 0
     var finishedAt: Int64 = 0
     var timedOut = false
-    var stoppedReason: String?
+    /// Why no connection could be made at all (APNs unavailable).
+    var unreachable: String?
+    /// Why the pool stopped sending: APNs refused the credentials.
+    var credentialsRefused: String?
 
     init(loop: EventLoop, pool: ConnectionPool, notifications: [Notification], quiet: Bool) {
         self.loop = loop
@@ -164,9 +176,10 @@ final class SendSession: ConnectionPoolDelegate {
     func watchConnections() {
         loop.schedule(afterMilliseconds: 1000) { [self] in
             if completed == 0, pool.readyConnections == 0, pool.connectionFailures >= 2 * pool.configuration.connections {
-                stoppedReason = "cannot reach APNs at \(pool.configuration.host):\(pool.configuration.port): "
+                let reason = "cannot reach APNs at \(pool.configuration.host):\(pool.configuration.port): "
                     + (pool.lastConnectionError.map { "\($0)" } ?? "every connection failed")
-                print("stopped: \(stoppedReason!)")
+                unreachable = reason
+                print("stopped: \(reason)")
                 loop.stop()
                 return
             }
@@ -175,7 +188,7 @@ final class SendSession: ConnectionPoolDelegate {
     }
 
     func pool(_ pool: ConnectionPool, stoppedSending reason: String) {
-        stoppedReason = reason
+        credentialsRefused = reason
         print("stopped: \(reason)")
         loop.stop()
     }

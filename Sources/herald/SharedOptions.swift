@@ -14,28 +14,68 @@ func environment(_ name: String) -> String? {
     return text.isEmpty ? nil : text
 }
 
+/// Which APNs service: production (api.push.apple.com) or sandbox (api.sandbox.push.apple.com),
+/// for development builds of an app.
 enum APNsEnvironment: String, ExpressibleByArgument, CaseIterable {
     case production, sandbox
 }
 
+/// swift-log's levels, as a closed set so help and shell completion list them.
+enum LogLevelOption: String, ExpressibleByArgument, CaseIterable {
+    case trace, debug, info, notice, warning, error, critical
+
+    var level: Logger.Level { Logger.Level(rawValue: rawValue)! }
+}
+
+extension LogFormat: ExpressibleByArgument {}
+
+extension PushType: ExpressibleByArgument {}
+
+extension Priority: ExpressibleByArgument {
+    public init?(argument: String) {
+        guard let value = Int(argument) else { return nil }
+        self.init(rawValue: value)
+    }
+
+    public var defaultValueDescription: String { String(rawValue) }
+
+    public static var allValueStrings: [String] { allCases.map { String($0.rawValue) } }
+}
+
+/// `--log-level` and `--log-format`, the same in every command that logs.
+struct LogOptions: ParsableArguments {
+    @Option(name: .customLong("log-level"), help: "Least severe level logged (env HERALD_LOG_LEVEL; default info, warning for send).")
+    var level: LogLevelOption?
+
+    @Option(name: .customLong("log-format"), help: "Log line format on standard error (env HERALD_LOG_FORMAT; default text).")
+    var format: LogFormat?
+
+    /// The logger, from the flags, else HERALD_LOG_LEVEL and HERALD_LOG_FORMAT, else the config
+    /// file's (`fileLevel`, `fileFormat`), else `defaultLevel` and text.
+    func makeLogger(label: String, defaultLevel: LogLevelOption = .info, fileLevel: String? = nil, fileFormat: String? = nil) throws -> Logger {
+        try Herald.makeLogger(label: label, level: level?.rawValue, format: format?.rawValue,
+                              fileLevel: fileLevel, fileFormat: fileFormat, defaultLevel: defaultLevel)
+    }
+}
+
 /// Where APNs is and how many connections and streams to use.
 struct APNsTargetOptions: ParsableArguments {
-    @Option(help: "APNs environment: production or sandbox (env HERALD_ENVIRONMENT).")
+    @Option(help: "APNs environment; picks the APNs host unless --apns-host is given (env HERALD_ENVIRONMENT; default production).")
     var environment: APNsEnvironment?
 
-    @Option(name: .customLong("apns-host"), help: "Override the APNs host, e.g. 127.0.0.1 for the emulator (env HERALD_APNS_HOST).")
+    @Option(name: .customLong("apns-host"), help: "Override the APNs host, e.g. 127.0.0.1 for the emulator (env HERALD_APNS_HOST; default api.push.apple.com, or api.sandbox.push.apple.com with --environment sandbox).")
     var apnsHost: String?
 
     @Option(name: .customLong("apns-port"), help: "Override the APNs port (env HERALD_APNS_PORT; default 443).")
     var apnsPort: Int?
 
-    @Option(name: .customLong("ca-file"), help: "An extra trusted CA certificate (PEM), e.g. the emulator's (env HERALD_CA_FILE). Verification is always on.")
+    @Option(name: .customLong("ca-file"), help: "An extra trusted CA certificate (PEM), e.g. the emulator's (env HERALD_CA_FILE; default none: the system's CAs). Verification is always on.")
     var caFile: String?
 
-    @Option(help: "HTTP/2 connections per app (env HERALD_CONNECTIONS).")
+    @Option(help: "HTTP/2 connections per app, 1 to 64 (env HERALD_CONNECTIONS; default 4).")
     var connections: Int?
 
-    @Option(name: .customLong("max-streams"), help: "Herald's cap on concurrent streams per connection (env HERALD_MAX_STREAMS).")
+    @Option(name: .customLong("max-streams"), help: "Herald's cap on concurrent streams per connection, 1 to 10000; APNs' own limit applies too (env HERALD_MAX_STREAMS; default 1000).")
     var maxStreams: Int?
 
     @Option(name: .customLong("response-timeout"),
@@ -78,7 +118,7 @@ struct APNsTargetOptions: ParsableArguments {
                                   connections: Int?, maxStreams: Int?) throws -> PoolConfiguration {
         let environmentName = environment ?? "production"
         guard let apnsEnvironment = APNsEnvironment(rawValue: environmentName) else {
-            throw ValidationError("the APNs environment must be production or sandbox, not \(environmentName)")
+            throw CommandFailure.configuration("the APNs environment (HERALD_ENVIRONMENT or environment) must be production or sandbox, not \(environmentName)")
         }
         let host = host ?? (apnsEnvironment == .production ? PoolConfiguration.productionHost : PoolConfiguration.sandboxHost)
         let connections = connections ?? 4
@@ -100,7 +140,7 @@ struct CredentialsOptions: ParsableArguments {
     @Option(name: .customLong("key-file"), help: "Path of the .p8 provider-token key (env HERALD_KEY_FILE).")
     var keyFile: String?
 
-    @Option(name: .customLong("token-refresh-minutes"), help: "Provider-token refresh interval, 20 to 60 minutes (env HERALD_TOKEN_REFRESH_MINUTES).")
+    @Option(name: .customLong("token-refresh-minutes"), help: "Provider-token refresh interval, 20 to 60 minutes (env HERALD_TOKEN_REFRESH_MINUTES; default \(ProviderTokenSource.defaultRefreshMinutes)).")
     var tokenRefreshMinutes: Int?
 
     /// The token source, or an error that says exactly what is missing and how to try locally.
@@ -124,7 +164,7 @@ struct CredentialsOptions: ParsableArguments {
         if key == nil { missing.append("--key-id (HERALD_KEY_ID)") }
         if file == nil { missing.append("--key-file (HERALD_KEY_FILE)") }
         guard let team, let key, let file else {
-            throw ValidationError("""
+            throw CommandFailure.configuration("""
                 no APNs credentials for app "\(appName)": missing \(missing.joined(separator: ", ")) \
                 (or, in a --config file, team_id/key_id/key_file or certificate_file/private_key_file or pkcs12_file).
                 To try Herald locally without Apple credentials, run `make demo`, or start the emulator \
@@ -134,8 +174,13 @@ struct CredentialsOptions: ParsableArguments {
                 """)
         }
         checkSecretFilePermissions(file, warn: printWarning)
-        let privateKey = try ES256PrivateKey(pemFile: file)
-        let signer = try ProviderTokenSigner(teamID: team, keyID: key, key: privateKey)
+        let signer: ProviderTokenSigner
+        do {
+            signer = try ProviderTokenSigner(teamID: team, keyID: key, key: try ES256PrivateKey(pemFile: file))
+        } catch {
+            throw CommandFailure.configuration("app \"\(appName)\": \(error) (the .p8 key from --key-file, HERALD_KEY_FILE or key_file; "
+                + "the ids from --team-id/--key-id, HERALD_TEAM_ID/HERALD_KEY_ID or team_id/key_id)")
+        }
         let minutes = try tokenRefreshMinutes ?? intEnvironment("TOKEN_REFRESH_MINUTES") ?? app?.tokenRefreshMinutes
             ?? ProviderTokenSource.defaultRefreshMinutes
         return ResolvedCredentials(signer: signer, refreshMinutes: minutes, teamID: team, keyID: key, keyFile: file)
@@ -168,7 +213,7 @@ func environmentValue(_ name: String) -> String? { environment(name) }
 
 func intEnvironment(_ name: String) throws -> Int? {
     guard let text = environment(name) else { return nil }
-    guard let value = Int(text) else { throw ValidationError("HERALD_\(name) must be a whole number, not \(text)") }
+    guard let value = Int(text) else { throw CommandFailure.configuration("HERALD_\(name) must be a whole number, not \(text)") }
     return value
 }
 
@@ -176,17 +221,27 @@ extension Herald {
     static func environmentValue(_ name: String) -> String? { environment(name) }
 }
 
-/// Logging to standard error, at the level and in the format the flags or HERALD_LOG_LEVEL and
-/// HERALD_LOG_FORMAT say.
-func makeLogger(label: String, level: String?, format: String? = nil) throws -> Logger {
-    let formatName = format ?? environment("LOG_FORMAT") ?? "text"
-    guard let logFormat = LogFormat(rawValue: formatName) else {
-        throw ValidationError("--log-format must be text, json or logfmt, not \(formatName)")
+extension Herald {
+    /// Logging to standard error, at the level and in the format the flags (`level`, `format`,
+    /// already checked by the parser), else HERALD_LOG_LEVEL and HERALD_LOG_FORMAT, else the
+    /// config file say; a bad value from the environment or the file is a configuration error.
+    static func makeLogger(label: String, level: String?, format: String?, fileLevel: String? = nil, fileFormat: String? = nil,
+                           defaultLevel: LogLevelOption = .info) throws -> Logger {
+        let formatName = format ?? environment("LOG_FORMAT") ?? fileFormat ?? "text"
+        guard let logFormat = LogFormat(rawValue: formatName) else {
+            throw CommandFailure.configuration("the log format (HERALD_LOG_FORMAT or log_format) must be text, json or logfmt, not \(formatName)")
+        }
+        let levelName = level ?? environment("LOG_LEVEL") ?? fileLevel ?? defaultLevel.rawValue
+        guard let logLevel = Logger.Level(rawValue: levelName) else {
+            throw CommandFailure.configuration("the log level (HERALD_LOG_LEVEL or log_level) must be "
+                + LogLevelOption.allCases.map(\.rawValue).joined(separator: ", ") + ", not \(levelName)")
+        }
+        return bootstrapLogging(label: label, format: logFormat, level: logLevel)
     }
-    let levelName = level ?? environment("LOG_LEVEL") ?? "info"
-    guard let logLevel = Logger.Level(rawValue: levelName) else {
-        throw ValidationError("--log-level must be trace, debug, info, notice, warning, error or critical, not \(levelName)")
-    }
+}
+
+/// Points swift-log at Herald's line handler, once per process.
+func bootstrapLogging(label: String, format logFormat: LogFormat, level logLevel: Logger.Level) -> Logger {
     LoggingSystem.bootstrap { label in
         var handler = LineLogHandler(label: label, format: logFormat)
         handler.logLevel = logLevel

@@ -1,6 +1,7 @@
 import APNs
 import ArgumentParser
 import Glibc
+import HeraldBuildInfo
 import HeraldConfig
 import Logging
 import Observability
@@ -25,31 +26,29 @@ struct WorkerCommand: ParsableCommand {
     @OptionGroup var target: APNsTargetOptions
     @OptionGroup var credentials: CredentialsOptions
 
-    @Option(name: .customLong("bundle-id"), help: "The app's bundle id: jobs without a topic use it plus the push type's suffix (env HERALD_BUNDLE_ID).")
+    @Option(name: .customLong("bundle-id"), help: "The app's bundle id: jobs without a topic use it plus the push type's suffix (env HERALD_BUNDLE_ID; default none: jobs must carry a topic).")
     var bundleID: String?
-    @Option(help: "A YAML or JSON config file (env HERALD_CONFIG): settings and several apps. Flags, then HERALD_* variables, then the file.")
+    @Option(help: "A YAML or JSON config file: settings and several apps (env HERALD_CONFIG; default none). Flags win over HERALD_* variables, which win over the file.")
     var config: String?
-    @Option(help: "Entries per XREADGROUP at most (env HERALD_BATCH; default 256).") var batch: Int?
-    @Option(name: .customLong("claim-idle"), help: "Seconds before another worker's idle entries are taken over (env HERALD_CLAIM_IDLE; default 60).") var claimIdle: Int?
-    @Option(name: .customLong("max-attempts"), help: "Attempts per notification before it is dead-lettered (env HERALD_MAX_ATTEMPTS; default 8).") var maxAttempts: Int?
-    @Option(name: .customLong("max-deliveries"), help: "Deliveries of one entry to workers before it is dead-lettered (env HERALD_MAX_DELIVERIES; default 10).") var maxDeliveries: Int?
-    @Option(name: .customLong("drain-timeout"), help: "Seconds to finish in-flight notifications on SIGTERM (env HERALD_DRAIN_TIMEOUT; default 30).") var drainTimeout: Int?
-    @Option(help: "Event loops in this process, each with its own connections (env HERALD_THREADS; default 1).") var threads: Int?
+    @Option(help: "Entries per XREADGROUP at most, 1 to 100000 (env HERALD_BATCH; default 256).") var batch: Int?
+    @Option(name: .customLong("claim-idle"), help: "Seconds before another worker's idle entries are taken over, 1 to 86400 (env HERALD_CLAIM_IDLE; default 60).") var claimIdle: Int?
+    @Option(name: .customLong("max-attempts"), help: "Attempts per notification before it is dead-lettered, 1 to 1000 (env HERALD_MAX_ATTEMPTS; default 8).") var maxAttempts: Int?
+    @Option(name: .customLong("max-deliveries"), help: "Deliveries of one entry to workers before it is dead-lettered, 1 to 1000000 (env HERALD_MAX_DELIVERIES; default 10).") var maxDeliveries: Int?
+    @Option(name: .customLong("drain-timeout"), help: "Seconds to finish in-flight notifications on SIGTERM, 0 to 3600 (env HERALD_DRAIN_TIMEOUT; default 30).") var drainTimeout: Int?
+    @Option(help: "Event loops in this process, each with its own connections, 1 to 64 (env HERALD_THREADS; default 1).") var threads: Int?
     @Option(help: "Consumer name prefix in the group, unique per process (env HERALD_CONSUMER; default HOST-PID); the loop index is appended.") var consumer: String?
-    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error, critical (env HERALD_LOG_LEVEL).") var logLevel: String?
-    @Option(name: .customLong("log-format"), help: "text, json or logfmt (env HERALD_LOG_FORMAT; default text).") var logFormat: String?
+    @OptionGroup var log: LogOptions
     @Option(name: .customLong("metrics-port"), help: "Port of /metrics, /healthz and /readyz (env HERALD_METRICS_PORT; default 9464; 0 picks a free port and prints `metrics on PORT`).") var metricsPort: Int?
     @Option(name: .customLong("metrics-host"), help: "Address the metrics server binds (env HERALD_METRICS_HOST; default 0.0.0.0).") var metricsHost: String?
-    @Flag(name: .customLong("no-metrics"), help: "Do not serve /metrics, /healthz, /readyz.") var noMetrics = false
+    @Flag(name: .customLong("no-metrics"), help: "Do not serve /metrics, /healthz, /readyz (default: served on --metrics-port).") var noMetrics = false
 
     func run() throws {
-        let file = try (config ?? environmentValue("CONFIG")).map(ConfigFile.load)
-        let logger = try makeLogger(label: "herald.worker", level: logLevel ?? environmentValue("LOG_LEVEL") ?? file?.logLevel,
-                                    format: logFormat ?? environmentValue("LOG_FORMAT") ?? file?.logFormat)
+        let file = try CommandFailure.configuring { try (config ?? environmentValue("CONFIG")).map(ConfigFile.load) }
+        let logger = try log.makeLogger(label: "herald.worker", fileLevel: file?.logLevel, fileFormat: file?.logFormat)
         var queueSettings = queueOptions
         if queueSettings.redis == nil && environmentValue("REDIS") == nil { queueSettings.redis = file?.redis }
         if queueSettings.queue == nil && environmentValue("QUEUE") == nil { queueSettings.queue = file?.queue }
-        let endpoint = try queueSettings.endpoint(configPasswordFile: file?.redisPasswordFile)
+        let endpoint = try CommandFailure.configuring { try queueSettings.endpoint(configPasswordFile: file?.redisPasswordFile) }
         let keys = queueSettings.keys()
         let apps = try resolveApps(file: file)
         let threadCount = try threads ?? intEnvironment("THREADS") ?? file?.threads ?? 1
@@ -83,7 +82,9 @@ struct WorkerCommand: ParsableCommand {
         let consumerPrefix = consumer ?? environmentValue("CONSUMER") ?? "\(hostName())-\(getpid())"
         let metrics = HeraldMetrics()
         let health = HealthState(loops: threadCount)
-        metrics.gauge("herald_build_info", [("version", HeraldVersion.string), ("swift_version", HeraldVersion.swift)]).record(1)
+        // The version and commit, as the usual constant-1 info gauge: join on it to tell deploys apart.
+        metrics.gauge("herald_build_info", [("version", HeraldVersion.string), ("commit", HeraldVersion.commit),
+                                            ("swift_version", HeraldVersion.swift)]).record(1)
         var metricsServer: MetricsHTTPServer? = nil
         if !noMetrics {
             let port = try metricsPort ?? intEnvironment("METRICS_PORT") ?? file?.metricsPort ?? 9464
@@ -97,7 +98,8 @@ struct WorkerCommand: ParsableCommand {
             do {
                 try server.start(host: metricsHost ?? environmentValue("METRICS_HOST") ?? file?.metricsHost ?? "0.0.0.0", port: port)
             } catch {
-                throw ValidationError("cannot serve metrics on port \(port): \(error) (use --metrics-port or --no-metrics)")
+                // Most often the previous process still holds the port: worth a restart (69).
+                throw CommandFailure.unavailable("cannot serve metrics on port \(port): \(error) (use --metrics-port or --no-metrics)")
             }
             metricsServer = server
             logger.info("metrics on :\(server.port)/metrics, health on /healthz and /readyz")
@@ -131,7 +133,10 @@ struct WorkerCommand: ParsableCommand {
                         var appLogger = threadLogger
                         appLogger[metadataKey: "app"] = "\(app.name)"
                         let tokens = try app.credentials?.tokenSource(time: .system, logger: appLogger)
-                        let pool = try ConnectionPool(loop: thread.loop, configuration: app.pool, tokens: tokens, logger: appLogger)
+                        // Fails only on what the settings name: a CA, certificate or key file.
+                        let pool = try CommandFailure.configuring {
+                            try ConnectionPool(loop: thread.loop, configuration: app.pool, tokens: tokens, logger: appLogger)
+                        }
                         pool.credentialsReloader = app.credentials?.reloader
                         workerApps.append(WorkerApp(name: app.name, pool: pool, defaults: app.defaults))
                     }
@@ -153,6 +158,7 @@ struct WorkerCommand: ParsableCommand {
         }
         for app in apps {
             logger.info("worker started", metadata: [
+                "version": "\(HeraldVersion.string)", "commit": "\(HeraldVersion.commit)",
                 "queue": "\(keys.queue)", "redis": "\(endpoint)", "app": "\(app.name)", "apns": "\(app.pool.host):\(app.pool.port)",
                 "auth": "\(app.credentials == nil ? "certificate" : "token")", "threads": "\(threadCount)",
                 "connections": "\(app.pool.connections)", "max_streams": "\(app.pool.maxStreams)",
@@ -183,9 +189,15 @@ struct ResolvedApp: Sendable {
 }
 
 extension WorkerCommand {
-    /// The apps this worker serves: `default` from flags and HERALD_* (over the file's `default`),
-    /// and every other app of the config file.
     func resolveApps(file: ConfigFile?) throws -> [ResolvedApp] {
+        try Herald.resolveApps(file: file, target: target, credentials: credentials, bundleID: bundleID)
+    }
+}
+
+extension Herald {
+    /// The apps a worker (or `herald send --app`) serves: `default` from flags and HERALD_* (over
+    /// the file's `default`), and every other app of the config file.
+    static func resolveApps(file: ConfigFile?, target: APNsTargetOptions, credentials: CredentialsOptions, bundleID: String?) throws -> [ResolvedApp] {
         var result: [ResolvedApp] = []
         let fileApps = file?.apps ?? [:]
         let names = Set(fileApps.keys).union(fileApps.isEmpty || credentials.anyGiven ? [WorkerApp.defaultName] : [])
@@ -213,14 +225,14 @@ extension WorkerCommand {
         return result
     }
 
-    private func clientCertificate(for app: ConfigFile.App, name: String) throws -> ClientCertificate {
+    private static func clientCertificate(for app: ConfigFile.App, name: String) throws -> ClientCertificate {
         if let p12 = app.pkcs12File {
             checkSecretFilePermissions(p12, warn: printWarning)
-            let password = try app.pkcs12PasswordFile.map { try readSecretFile($0, warn: printWarning) } ?? ""
+            let password = try CommandFailure.configuring { try app.pkcs12PasswordFile.map { try readSecretFile($0, warn: printWarning) } ?? "" }
             return .pkcs12(file: p12, password: password)
         }
         guard let certificate = app.certificateFile, let key = app.privateKeyFile else {
-            throw ValidationError("app \(name): certificate auth needs certificate_file and private_key_file (or pkcs12_file)")
+            throw CommandFailure.configuration("app \(name): certificate auth needs certificate_file and private_key_file (or pkcs12_file)")
         }
         checkSecretFilePermissions(key, warn: printWarning)
         return .pem(certificateFile: certificate, keyFile: key)
@@ -267,14 +279,4 @@ func serveOperations(path: String, metrics: HeraldMetrics, health: HealthState) 
     default:
         return MetricsHTTPServer.Response(status: 404, body: Array("try /metrics, /healthz or /readyz\n".utf8))
     }
-}
-
-/// Herald's version, shown in herald_build_info and --version.
-enum HeraldVersion {
-    static let string = "0.1.0"
-    #if swift(>=6.3)
-    static let swift = "6.3"
-    #else
-    static let swift = "6"
-    #endif
 }
