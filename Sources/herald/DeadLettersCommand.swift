@@ -17,9 +17,9 @@ struct DeadLettersCommand: ParsableCommand {
 
 /// Which dead letters: by reason and by id.
 struct DeadLetterSelectionOptions: ParsableArguments {
-    @Option(name: .customLong("reason"), help: "Only dead letters with this reason (repeat or comma-separate for several), e.g. bad_priority, max_attempts.")
+    @Option(name: .customLong("reason"), help: "Only dead letters with this reason (repeat or comma-separate for several), e.g. bad_priority, max_attempts (default: every reason).")
     var reasons: [String] = []
-    @Option(help: "Only these entry ids of :dead, comma-separated.") var ids: String?
+    @Option(help: "Only these entry ids of :dead, comma-separated (default: every entry).") var ids: String?
 
     func validate() throws { _ = try filter() }
 
@@ -94,7 +94,7 @@ extension DeadLettersCommand {
 
         @OptionGroup var queueOptions: QueueOptions
         @OptionGroup var selection: DeadLetterSelectionOptions
-        @Option(help: "Requeue at most this many (oldest first).") var limit: Int?
+        @Option(help: "Requeue at most this many, oldest first (default: no limit).") var limit: Int?
         @Flag(name: .customLong("dry-run"), help: "Show what would be requeued; change nothing.") var dryRun = false
         @Flag(name: .customLong("show-tokens"), help: "Show device tokens in full instead of their first 8 digits.") var showTokens = false
 
@@ -168,7 +168,7 @@ extension DeadLettersCommand {
 
         @OptionGroup var queueOptions: QueueOptions
         @OptionGroup var selection: DeadLetterSelectionOptions
-        @Option(name: .customLong("older-than"), help: "Only dead letters that failed longer ago than this, e.g. 7d, 12h, 90m, 1d12h.")
+        @Option(name: .customLong("older-than"), help: "Only dead letters that failed longer ago than this, e.g. 7d, 12h, 90m, 1d12h (default: any age).")
         var olderThan: String?
         @Flag(name: .customLong("dry-run"), help: "Show what would be deleted; change nothing.") var dryRun = false
         @Flag(help: "Really delete.") var yes = false

@@ -25,7 +25,7 @@ struct LoadGenCommand: ParsableCommand {
     @Option(help: "Tokens per job (fan-out).") var fanout = 1
     @Option(name: .customLong("collapse-ratio"), help: "Share of jobs that reuse the token and collapse id of the job before (0…1).") var collapseRatio = 0.0
     @Option(name: .customLong("push-types"), help: "Push-type mix, e.g. alert=0.9,background=0.1.") var pushTypes = "alert=1"
-    @Option(help: "Jobs per second (steady mode); without it, drain mode.") var rate: Double?
+    @Option(help: "Jobs per second, steady mode (default: none, drain mode).") var rate: Double?
     @Option(help: "Worker processes to start.") var workers = 1
     @Option(help: "Event loops per worker process.") var threads = 1
     @Option(help: "HTTP/2 connections per worker loop.") var connections = 4
@@ -33,19 +33,19 @@ struct LoadGenCommand: ParsableCommand {
     @Option(help: "Worker XREADGROUP batch (default: the worker's, 256).") var batch: Int?
     @Option(name: .customLong("latency-ms"), help: "Emulated APNs round trip, ms.") var latencyMilliseconds = 0
     @Option(name: .customLong("error"), help: "Emulator fault STATUS:REASON:RATE, e.g. 503:ServiceUnavailable:0.01 (repeatable).") var errors: [String] = []
-    @Option(name: .customLong("goaway-after"), help: "Emulator sends GOAWAY after this many streams per connection.") var goAwayAfter: Int?
-    @Option(name: .customLong("unregistered-prefix"), help: "Tokens with this hex prefix are 410 Unregistered; --unregistered-share of the tokens get it.") var unregisteredPrefix: String?
+    @Option(name: .customLong("goaway-after"), help: "Emulator sends GOAWAY after this many streams per connection (default: never).") var goAwayAfter: Int?
+    @Option(name: .customLong("unregistered-prefix"), help: "Tokens with this hex prefix are 410 Unregistered; --unregistered-share of the tokens get it (default none).") var unregisteredPrefix: String?
     @Option(name: .customLong("unregistered-share"), help: "Share of tokens with --unregistered-prefix (default 0.05).") var unregisteredShare = 0.05
     @Option(help: "Seconds to wait for every outcome.") var timeout = 600
     @Option(help: "Seed for tokens, collapse and push-type draws.") var seed: UInt64 = 1
     @Option(help: "Attach to this Redis instead of starting one (redis://…; default: a private redis-server).") var redis: String?
-    @Option(name: .customLong("redis-password-file"), help: "A file holding the attached Redis' password (or env HERALD_REDIS_PASSWORD / HERALD_REDIS_PASSWORD_FILE); the workers get it in their environment.")
+    @Option(name: .customLong("redis-password-file"), help: "A file holding the attached Redis' password (or env HERALD_REDIS_PASSWORD / HERALD_REDIS_PASSWORD_FILE); the workers get it in their environment (default: no password).")
     var redisPasswordFile: String?
     @Option(help: "Queue name (must be empty).") var queue = "default"
     @Option(name: .customLong("apns-host"), help: "Attach to this APNs emulator instead of starting one (default: one is started).") var apnsHost: String?
     @Option(name: .customLong("apns-port"), help: "Port of the attached emulator (with --apns-host; default 443).") var apnsPort: Int?
-    @Option(name: .customLong("ca-file"), help: "CA the workers trust for --apns-host.") var caFile: String?
-    @Option(name: .customLong("apns-stats"), help: "HOST:PORT of the attached emulator's --stats-port.") var apnsStats: String?
+    @Option(name: .customLong("ca-file"), help: "CA the workers trust for --apns-host (default: the system's CAs).") var caFile: String?
+    @Option(name: .customLong("apns-stats"), help: "HOST:PORT of the attached emulator's --stats-port (default: the emulator loadgen starts).") var apnsStats: String?
     @Flag(name: .customLong("attach-workers"), help: "Measure workers already running: only enqueue and watch.") var attachWorkers = false
     @Option(name: .customLong("worker-metrics"), help: "HOST:PORT of an attached worker's /metrics (repeatable; for the superseded count).") var workerMetrics: [String] = []
     @Option(help: "Write the report as JSON here (default: not written).") var json: String?

@@ -30,28 +30,28 @@ struct MockAPNsCommand: ParsableCommand {
     @Option(help: "PEM certificate to present (default: a self-signed one generated at start).") var cert: String?
     @Option(help: "PEM private key for --cert (default: the generated certificate's).") var key: String?
     @Option(name: .customLong("cert-out"), help: "Write the certificate clients must trust here (use it as their --ca-file; default: not written).") var certOut: String?
-    @Option(name: .customLong("jwt-key"), help: "Public key PEM or .p8 that signs provider tokens; without it signatures are not checked.") var jwtKey: String?
-    @Option(name: .customLong("write-key"), help: "Generate a new .p8 key, write it here, and verify tokens against it (for local trials).") var writeKey: String?
+    @Option(name: .customLong("jwt-key"), help: "Public key PEM or .p8 that signs provider tokens (default none: signatures are not checked).") var jwtKey: String?
+    @Option(name: .customLong("write-key"), help: "Generate a new .p8 key, write it here, and verify tokens against it, for local trials (default: no key written).") var writeKey: String?
     @Option(name: .customLong("team-id"), help: "Team id tokens must carry (with --jwt-key; with --write-key default TEAM000001).") var teamID: String?
     @Option(name: .customLong("key-id"), help: "Key id tokens must carry (with --jwt-key; with --write-key default KEY0000001).") var keyID: String?
-    @Option(name: .customLong("client-ca"), help: "Accept clients whose certificate verifies against this PEM file without a provider token (certificate auth).") var clientCA: String?
+    @Option(name: .customLong("client-ca"), help: "Accept clients whose certificate verifies against this PEM file without a provider token, certificate auth (default none: no client certificates asked for).") var clientCA: String?
     @Option(name: .customLong("bundle-id"), help: "When set, apns-topic must be this bundle id plus the push type's suffix (default: any topic).") var bundleID: String?
     @Option(name: .customLong("max-streams"), help: "Concurrent streams allowed after the first valid request.") var maxStreams: UInt32 = 1000
     @Option(name: .customLong("latency-ms"), help: "Delay before every answer, in milliseconds.") var latencyMilliseconds: Int64 = 0
     @Option(name: .customLong("error"), help: "Inject STATUS:REASON:RATE, e.g. 503:ServiceUnavailable:0.01 (repeatable; default none).") var errors: [String] = []
-    @Option(name: .customLong("unregistered-prefix"), help: "Device tokens with this hex prefix are always 410 Unregistered.") var unregisteredPrefix: String?
-    @Option(name: .customLong("throttle-prefix"), help: "Device tokens with this hex prefix get 429 TooManyRequests for their first --throttle-count requests.") var throttlePrefix: String?
+    @Option(name: .customLong("unregistered-prefix"), help: "Device tokens with this hex prefix are always 410 Unregistered (default none).") var unregisteredPrefix: String?
+    @Option(name: .customLong("throttle-prefix"), help: "Device tokens with this hex prefix get 429 TooManyRequests for their first --throttle-count requests (default none).") var throttlePrefix: String?
     @Option(name: .customLong("throttle-count"), help: "How many requests per --throttle-prefix token get 429 before it is accepted.") var throttleCount = 1
-    @Option(name: .customLong("goaway-after"), help: "Each connection sends GOAWAY (Shutdown) after this many streams.") var goAwayAfter: Int?
-    @Option(name: .customLong("disconnect-after"), help: "Each connection is dropped without GOAWAY after this many streams.") var disconnectAfter: Int?
+    @Option(name: .customLong("goaway-after"), help: "Each connection sends GOAWAY (Shutdown) after this many streams (default: never).") var goAwayAfter: Int?
+    @Option(name: .customLong("disconnect-after"), help: "Each connection is dropped without GOAWAY after this many streams (default: never).") var disconnectAfter: Int?
     @Option(name: .customLong("stall"), help: "Leave this share (0 to 1) of requests unanswered: no HEADERS, no RST_STREAM; PINGs and other streams are still answered.") var stall: Double = 0
     @Option(name: .customLong("stall-next"), help: "Leave the next N requests unanswered.") var stallNext = 0
-    @Option(name: .customLong("reset-streams"), help: "Reset CODE:RATE of streams instead of answering, e.g. REFUSED_STREAM:0.1 or INTERNAL_ERROR:0.01 (an HTTP/2 error code name or number).") var resetStreams: String?
-    @Option(name: .customLong("garbage-body"), help: "Send KIND[:RATE] of error answers with a garbage body; KIND is text, binary, oversized (1 MiB), unknown-reason or long-reason (10 KiB).") var garbageBody: String?
+    @Option(name: .customLong("reset-streams"), help: "Reset CODE:RATE of streams instead of answering, e.g. REFUSED_STREAM:0.1 or INTERNAL_ERROR:0.01 (an HTTP/2 error code name or number; default: never).") var resetStreams: String?
+    @Option(name: .customLong("garbage-body"), help: "Send KIND[:RATE] of error answers with a garbage body; KIND is text, binary, oversized (1 MiB), unknown-reason or long-reason (10 KiB) (default: never).") var garbageBody: String?
     @Flag(name: .customLong("ignore-ping"), help: "Do not acknowledge PING frames.") var ignorePing = false
     @Flag(name: .customLong("reject-tokens"), help: "Answer every request with a provider token 403 InvalidProviderToken (until /_herald/reject-tokens/off).") var rejectTokens = false
     @Option(name: .customLong("stats-out"), help: "Write the counts as JSON here on exit (default: only printed).") var statsOut: String?
-    @Option(name: .customLong("stats-port"), help: "Also serve GET /_herald/stats over plain HTTP/1.1 on this port of --host (0 picks one; prints `stats on HOST:PORT`).") var statsPort: Int?
+    @Option(name: .customLong("stats-port"), help: "Also serve GET /_herald/stats over plain HTTP/1.1 on this port of --host (0 picks one; prints `stats on HOST:PORT`; default: not served).") var statsPort: Int?
     @Option(name: .customLong("expect-notifications"), help: "Make room for this many apns-ids up front, so counting them never pauses a benchmark.") var expectNotifications = 0
     @Flag(name: .customLong("measure-latency"), help: "Record enqueue-to-answer latency of accepted requests from the payload's top-level \"t\" (ms or µs since the epoch); percentiles go into the stats.") var measureLatency = false
     @OptionGroup var log: LogOptions

@@ -7,7 +7,7 @@ struct QueueOptions: ParsableArguments {
     @Option(help: "Redis URL, redis://[user@]host[:port][/db] (env HERALD_REDIS; default redis://127.0.0.1:6379). Give the password with --redis-password-file or HERALD_REDIS_PASSWORD, not here: the command line is visible to every local user.")
     var redis: String?
 
-    @Option(name: .customLong("redis-password-file"), help: "A file holding the Redis password (env HERALD_REDIS_PASSWORD_FILE; or HERALD_REDIS_PASSWORD holding the password itself). Wins over a password in the URL.")
+    @Option(name: .customLong("redis-password-file"), help: "A file holding the Redis password (env HERALD_REDIS_PASSWORD_FILE; or HERALD_REDIS_PASSWORD holding the password itself). Wins over a password in the URL (default: the URL's password, if any).")
     var redisPasswordFile: String?
 
     @Option(help: "Queue name: keys are herald:{QUEUE}:jobs, :retry, :dead, :feedback (env HERALD_QUEUE; default default).")

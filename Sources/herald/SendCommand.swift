@@ -148,8 +148,11 @@ final class SendSession: ConnectionPoolDelegate {
         case .accepted:
             accepted += 1
             word = "200"
-        case .permanent(let status, let reason), .credentialsRejected(let status, let reason):
+        case .permanent(let status, let reason):
             word = "\(status) \(reason?.rawValue ?? "")"
+        case .credentialsRejected(let status, let reason):
+            word = "\(status) \(reason?.rawValue ?? "")"
+            if credentialsRefused == nil { credentialsRefused = word }
         case .deadToken(let status, let reason, let timestamp):
             word = "\(status) \(reason.rawValue)" + (timestamp.map { " timestamp=\($0)" } ?? "")
         case .retryTokenLater(let reason):

@@ -131,13 +131,13 @@ struct APNsTargetOptions: ParsableArguments {
 
 /// The provider-token credentials of one app.
 struct CredentialsOptions: ParsableArguments {
-    @Option(name: .customLong("team-id"), help: "Apple developer team id, 10 characters (env HERALD_TEAM_ID).")
+    @Option(name: .customLong("team-id"), help: "Apple developer team id, 10 characters (env HERALD_TEAM_ID; required for token auth, no default).")
     var teamID: String?
 
-    @Option(name: .customLong("key-id"), help: "Key id of the .p8 signing key, 10 characters (env HERALD_KEY_ID).")
+    @Option(name: .customLong("key-id"), help: "Key id of the .p8 signing key, 10 characters (env HERALD_KEY_ID; required for token auth, no default).")
     var keyID: String?
 
-    @Option(name: .customLong("key-file"), help: "Path of the .p8 provider-token key (env HERALD_KEY_FILE).")
+    @Option(name: .customLong("key-file"), help: "Path of the .p8 provider-token key (env HERALD_KEY_FILE; required for token auth, no default).")
     var keyFile: String?
 
     @Option(name: .customLong("token-refresh-minutes"), help: "Provider-token refresh interval, 20 to 60 minutes (env HERALD_TOKEN_REFRESH_MINUTES; default \(ProviderTokenSource.defaultRefreshMinutes)).")

@@ -215,7 +215,7 @@ extension Herald {
             } else {
                 tokenCredentials = isDefault
                     ? try credentials.resolved(file: fileApp, appName: name)
-                    : try CredentialsOptions().resolved(file: fileApp, appName: name)
+                    : try CredentialsOptions.parse([]).resolved(file: fileApp, appName: name)
             }
             pool.responseTimeoutMilliseconds = try target.responseTimeoutMilliseconds()
             pool.pingIntervalMilliseconds = try target.pingIntervalMilliseconds()

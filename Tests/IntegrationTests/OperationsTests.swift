@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import HeraldBuildInfo
 import Queue
 import Testing
 import Transport
@@ -87,7 +88,7 @@ extension IntegrationTests {
                 #expect(scrape.count("herald_apns_request_duration_seconds_count", ["app": "default"]) == accepted + deadTokens)
                 #expect(scrape.types["herald_end_to_end_latency_seconds"] == "histogram")
                 #expect(scrape.types["herald_notifications_total"] == "counter")
-                #expect(scrape.count("herald_build_info", ["version": "0.1.0"]) == 1, "\(scrape.series("herald_build_info"))")
+                #expect(scrape.count("herald_build_info", ["version": HeraldVersion.string, "commit": HeraldVersion.commit]) == 1, "\(scrape.series("herald_build_info"))")
                 #expect(scrape.count("herald_credentials_rejected", ["app": "default"]) == 0)
                 #expect(scrape.count("herald_dead_letter_stream_length") == malformedCount)
                 #expect(scrape.count("herald_feedback_stream_length") == deadTokens)
