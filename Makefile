@@ -2,6 +2,8 @@
 #   make deps        install the Debian packages Herald builds, tests and benchmarks with (idempotent)
 #   make build       debug build
 #   make release     release build (swift build -c release)
+#   make dist        release tarball: static Swift runtime, LICENSE, docs, Deploy (.build/dist/herald-VERSION-linux-ARCH.tar.gz)
+#   make dist-check  make dist, then check the tarball outside the tree: --version, no Swift runtime, mock-apns + send
 #   make demo        the main job end to end: private redis-server, APNs emulator, 100,000 notifications
 #   make test        deps, build (the tests start the herald binary), then swift test (the fault matrix's fast cells)
 #   make matrix      the whole fault matrix (HERALD_MATRIX=full, ~2.5 min); its lines also go to .build/fault-matrix.txt
@@ -31,7 +33,7 @@ DEB_PACKAGES := libnghttp2-dev libssl-dev libhiredis-dev redis-server nghttp2-cl
 # sudo only when not root (CI and the dev machines run as root).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps build release demo test matrix bench-send bench-compare bench-micro fuzz sanitize clean
+.PHONY: deps build release dist dist-check demo test matrix bench-send bench-compare bench-micro fuzz sanitize clean
 
 deps:
 	@missing=""; \
@@ -52,6 +54,38 @@ build: deps
 
 release: deps
 	$(SWIFT) build -c release
+
+# The release tarball. The Swift runtime and Foundation are linked statically
+# (--static-swift-stdlib), so the binary needs only glibc, libstdc++ and the three C libraries'
+# runtime packages (libnghttp2-14, libssl3, libhiredis0.14 on Debian bookworm). The archive is
+# reproducible from one commit: sorted, owned by root, files dated at the commit's time.
+# HERALD_COMMIT names the commit when there is no .git (see Plugins/BuildInfo).
+VERSION := $(shell sed -n 's/.*static let string = "\(.*\)".*/\1/p' Sources/HeraldBuildInfo/HeraldVersion.swift)
+DIST_ARCH := $(shell uname -m | sed 's/^aarch64$$/arm64/')
+DIST_NAME := herald-$(VERSION)-linux-$(DIST_ARCH)
+DIST_DIR := .build/dist
+SWIFT_BACKTRACE_STATIC := $(shell dirname "$$(dirname "$$(readlink -f "$$(command -v $(SWIFT))")")")/libexec/swift/linux/swift-backtrace-static
+dist: deps
+	$(SWIFT) build -c release --static-swift-stdlib --product herald
+	rm -rf $(DIST_DIR)/$(DIST_NAME) $(DIST_DIR)/$(DIST_NAME).tar.gz
+	mkdir -p $(DIST_DIR)/$(DIST_NAME)/bin $(DIST_DIR)/$(DIST_NAME)/libexec/herald
+	install -m 0755 "$$($(SWIFT) build -c release --static-swift-stdlib --show-bin-path)/herald" $(DIST_DIR)/$(DIST_NAME)/bin/herald
+	# The backtracer, so a crash still prints a symbolicated backtrace (SWIFT_BACKTRACE, docs/operations.md).
+	if [ -x "$(SWIFT_BACKTRACE_STATIC)" ]; then \
+		install -m 0755 "$(SWIFT_BACKTRACE_STATIC)" $(DIST_DIR)/$(DIST_NAME)/libexec/herald/swift-backtrace-static; fi
+	install -m 0644 LICENSE README.md CHANGELOG.md $(DIST_DIR)/$(DIST_NAME)/
+	cp -R docs Deploy $(DIST_DIR)/$(DIST_NAME)/
+	find $(DIST_DIR)/$(DIST_NAME) -name '__pycache__' -prune -exec rm -rf {} +
+	mtime=$$(git log -1 --format=%ct 2>/dev/null || echo 0); \
+	tar -C $(DIST_DIR) --sort=name --owner=0 --group=0 --numeric-owner --mtime=@$$mtime \
+		-cf - $(DIST_NAME) | gzip -n -9 > $(DIST_DIR)/$(DIST_NAME).tar.gz
+	cd $(DIST_DIR) && sha256sum $(DIST_NAME).tar.gz > $(DIST_NAME).tar.gz.sha256
+	@echo "dist: $(DIST_DIR)/$(DIST_NAME).tar.gz ($$(du -h $(DIST_DIR)/$(DIST_NAME).tar.gz | cut -f1))"
+
+# What CI checks of the tarball (.ci/dist-check): unpacked in a temporary folder outside the
+# tree, it starts, links no Swift runtime, and delivers one notification to its own emulator.
+dist-check: dist
+	bash .ci/dist-check $(DIST_DIR)/$(DIST_NAME).tar.gz
 
 demo: release
 	.build/release/herald demo

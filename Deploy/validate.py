@@ -52,7 +52,7 @@ UNIT = os.path.join(DEPLOY, "systemd", "herald@.service")
 # The metrics `herald worker` exports on --metrics-port (default 9464): name -> (type, labels).
 # Keep in step with the Observability module; --metrics-url checks this list against a live worker.
 METRICS = {
-    "herald_build_info": ("gauge", {"version", "swift_version"}),
+    "herald_build_info": ("gauge", {"version", "commit", "swift_version"}),
     "herald_notifications_total": ("counter", {"app", "queue", "outcome"}),
     "herald_apns_responses_total": ("counter", {"app", "status", "reason"}),
     "herald_apns_request_duration_seconds": ("histogram", {"app"}),
@@ -358,7 +358,8 @@ def check_dockerfile(report):
                  f"USER lines: {users}")
     report.check(any(line.upper().startswith("EXPOSE") and "9464" in line for line in lines), "Dockerfile exposes 9464",
                  "no EXPOSE 9464")
-    report.check("--static-swift-stdlib" in text, "Dockerfile links the Swift stdlib statically", "no --static-swift-stdlib")
+    report.check(re.search(r"^RUN\b.*\bmake dist\b", text, re.M) is not None,
+                 "Dockerfile builds with make dist (the release tarball, Swift stdlib linked statically)", "no RUN ... make dist")
     runtime_packages = {"libnghttp2-14", "libssl3", "libhiredis0.14", "ca-certificates"}
     report.check(all(p in text for p in runtime_packages), "Dockerfile installs the runtime libraries",
                  f"expected {sorted(runtime_packages)}")
@@ -388,6 +389,11 @@ def check_systemd(report):
     for setting in ("KillSignal=SIGTERM", "Restart=on-failure", "NoNewPrivileges=yes", "ProtectSystem=strict",
                     "PrivateTmp=yes", "LoadCredential=", "EnvironmentFile=/etc/herald/herald.env"):
         report.check(setting in text, f"systemd unit sets {setting}", "missing")
+    # Usage (64), bad data (65) and configuration (78) errors are not restarted; an outage (69) is.
+    prevent = re.search(r"^RestartPreventExitStatus=(.*)$", text, re.M)
+    statuses = set(prevent.group(1).split()) if prevent else set()
+    report.check(statuses == {"64", "65", "78"}, "systemd unit stops restarting on exit 64, 65 and 78 (not 69)",
+                 f"RestartPreventExitStatus={prevent.group(1) if prevent else 'unset'}")
     analyze = shutil.which("systemd-analyze")
     if not analyze:
         report.skip("systemd-analyze verify", "not installed")
