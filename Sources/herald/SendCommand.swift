@@ -13,13 +13,15 @@ struct SendCommand: ParsableCommand {
         abstract: "Send notifications once through the connection pool and print each APNs response.",
         discussion: """
             The first thing to try against the sandbox:
-              herald send --environment sandbox --team-id ABCDE12345 --key-id KEY1234567 \\
-                --key-file AuthKey_KEY1234567.p8 --bundle-id com.example.app --token <hex> \\
-                --payload '{"aps":{"alert":"Hello"}}'
+              herald send --environment sandbox --bundle-id com.example.app \\
+                --team-id ABCDE12345 --key-id KEY1234567 --key-file AuthKey.p8 \\
+                --token <hex> --payload '{"aps":{"alert":"Hello"}}'
+
             It takes the same notification flags as `herald enqueue`. With --config (the worker's \
             file) and --app NAME it sends as that app: its credentials, environment and bundle id. \
             With --count N each token gets N notifications, pipelined over the pool (a quick \
             throughput check); with --quiet only the summary is printed.
+
             Exits 0 when APNs accepted every notification, 1 when it rejected some, 65 for a \
             notification Herald would refuse, 69 when APNs cannot be reached or --timeout passes, \
             78 for missing or refused credentials.
