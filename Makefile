@@ -74,6 +74,10 @@ dist: deps
 	if [ -x "$(SWIFT_BACKTRACE_STATIC)" ]; then \
 		install -m 0755 "$(SWIFT_BACKTRACE_STATIC)" $(DIST_DIR)/$(DIST_NAME)/libexec/herald/swift-backtrace-static; fi
 	install -m 0644 LICENSE README.md CHANGELOG.md $(DIST_DIR)/$(DIST_NAME)/
+	# Shell completion (flags, subcommands and the allowed values of --log-level, --environment, …).
+	mkdir -p $(DIST_DIR)/$(DIST_NAME)/completions
+	for shell in bash zsh fish; do \
+		$(DIST_DIR)/$(DIST_NAME)/bin/herald --generate-completion-script $$shell > $(DIST_DIR)/$(DIST_NAME)/completions/herald.$$shell; done
 	cp -R docs Deploy $(DIST_DIR)/$(DIST_NAME)/
 	find $(DIST_DIR)/$(DIST_NAME) -name '__pycache__' -prune -exec rm -rf {} +
 	mtime=$$(git log -1 --format=%ct 2>/dev/null || echo 0); \

@@ -23,8 +23,6 @@ enum APNsEnvironment: String, ExpressibleByArgument, CaseIterable {
 /// swift-log's levels, as a closed set so help and shell completion list them.
 enum LogLevelOption: String, ExpressibleByArgument, CaseIterable {
     case trace, debug, info, notice, warning, error, critical
-
-    var level: Logger.Level { Logger.Level(rawValue: rawValue)! }
 }
 
 extension LogFormat: ExpressibleByArgument {}

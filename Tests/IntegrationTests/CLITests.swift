@@ -102,6 +102,11 @@ extension IntegrationTests {
                 let text = help.stdout.split(whereSeparator: { $0 == " " || $0 == "\n" }).joined(separator: " ")
                 #expect(text.contains("values: trace, debug, info, notice, warning, error, critical"), "\(help.stdout)")
                 #expect(text.contains("values: production, sandbox"))
+                // Shell completion offers the same values.
+                let bash = try await CLIRun(bed, ["--generate-completion-script", "bash"])
+                #expect(bash.status == 0)
+                #expect(bash.stdout.contains("'trace'$'\\n''debug'$'\\n''info'"), "\(bash.stdout.prefix(500))")
+                #expect(bash.stdout.contains("'production'$'\\n''sandbox'"))
             }
         }
 
