@@ -82,7 +82,10 @@ struct SendCommand: ParsableCommand {
         }
         let session = SendSession(loop: loop, pool: pool, notifications: notifications, quiet: quiet)
         pool.delegate = session
-        let signals = try SignalWatcher(loop: loop) { _ in loop.stop() }
+        let signals = try SignalWatcher(loop: loop) { _ in
+            session.interrupted = true
+            loop.stop()
+        }
         loop.schedule(afterMilliseconds: Int64(timeout) * 1000) {
             session.timedOut = true
             loop.stop()
@@ -94,6 +97,8 @@ struct SendCommand: ParsableCommand {
         _ = signals
         pool.stop()
         session.printSummary()
+        // Ctrl-C: the shell's convention (128 + SIGINT), not a failure of APNs.
+        if session.interrupted { throw ExitCode(130) }
         if let refused = session.credentialsRefused {
             throw CommandFailure.configuration("APNs refused the credentials: \(refused). Check --team-id, --key-id and --key-file (or the app's certificate).")
         }
@@ -119,6 +124,8 @@ final class SendSession: ConnectionPoolDelegate {
     var startedAt: Int64 = 0
     var finishedAt: Int64 = 0
     var timedOut = false
+    /// SIGINT or SIGTERM ended the run.
+    var interrupted = false
     /// Why no connection could be made at all (APNs unavailable).
     var unreachable: String?
     /// Why the pool stopped sending: APNs refused the credentials.
