@@ -16,7 +16,7 @@ struct EnqueueCommand: ParsableCommand {
             entry id (one job) or a count. Exits 69 when Redis cannot be reached.
             """)
 
-    @OptionGroup var queueOptions: QueueOptions
+    @OptionGroup(title: "Redis") var queueOptions: QueueOptions
     @OptionGroup(title: "Notification") var notification: NotificationOptions
     @Option(name: .customLong("field"), help: "A field of your own, NAME=VALUE (repeatable); not one of Herald's field names.")
     var customFields: [String] = []

@@ -35,7 +35,7 @@ struct LoadGenCommand: ParsableCommand {
     @Option(name: .customLong("error"), help: "Emulator fault STATUS:REASON:RATE, e.g. 503:ServiceUnavailable:0.01 (repeatable).") var errors: [String] = []
     @Option(name: .customLong("goaway-after"), help: "Emulator sends GOAWAY after this many streams per connection (default: never).") var goAwayAfter: Int?
     @Option(name: .customLong("unregistered-prefix"), help: "Tokens with this hex prefix are 410 Unregistered; --unregistered-share of the tokens get it (default none).") var unregisteredPrefix: String?
-    @Option(name: .customLong("unregistered-share"), help: "Share of tokens with --unregistered-prefix (default 0.05).") var unregisteredShare = 0.05
+    @Option(name: .customLong("unregistered-share"), help: "Share of tokens with --unregistered-prefix, 0 to 1.") var unregisteredShare = 0.05
     @Option(help: "Seconds to wait for every outcome.") var timeout = 600
     @Option(help: "Seed for tokens, collapse and push-type draws.") var seed: UInt64 = 1
     @Option(help: "Attach to this Redis instead of starting one (redis://…; default: a private redis-server).") var redis: String?

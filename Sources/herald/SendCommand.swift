@@ -27,14 +27,14 @@ struct SendCommand: ParsableCommand {
             78 for missing or refused credentials.
             """)
 
-    @OptionGroup var target: APNsTargetOptions
-    @OptionGroup var credentials: CredentialsOptions
+    @OptionGroup(title: "APNs") var target: APNsTargetOptions
+    @OptionGroup(title: "Provider-token credentials") var credentials: CredentialsOptions
     @OptionGroup(title: "Notification") var notification: NotificationOptions
     @Option(help: "The worker's YAML or JSON config file, for --app (env HERALD_CONFIG; default none: flags and HERALD_* only).")
     var config: String?
     @Flag(help: "Print only the summary (default: one line per notification).") var quiet = false
     @Option(help: "Give up after this many seconds, 1 to 86400.") var timeout = 60
-    @OptionGroup var log: LogOptions
+    @OptionGroup(title: "Logging") var log: LogOptions
 
     func validate() throws {
         guard (1...86_400).contains(timeout) else { throw ValidationError("--timeout must be 1 to 86400 seconds, not \(timeout)") }

@@ -20,11 +20,16 @@ struct WorkerCommand: ParsableCommand {
             On SIGTERM it stops reading, finishes in-flight notifications within --drain-timeout, \
             and exits 0. Run more processes (or --threads) to scale. Every flag has a HERALD_* \
             environment variable (e.g. HERALD_TEAM_ID); flags win.
+
+            Exits 0 after a drain; 78 for a configuration error (config file, key or certificate \
+            files, credentials, a HERALD_* value) and 64 for a bad flag, which a restart cannot fix; \
+            69 when the metrics port is held. Redis or APNs going away never ends the worker: it \
+            reconnects, and /readyz says so.
             """)
 
-    @OptionGroup var queueOptions: QueueOptions
-    @OptionGroup var target: APNsTargetOptions
-    @OptionGroup var credentials: CredentialsOptions
+    @OptionGroup(title: "Redis") var queueOptions: QueueOptions
+    @OptionGroup(title: "APNs") var target: APNsTargetOptions
+    @OptionGroup(title: "Provider-token credentials") var credentials: CredentialsOptions
 
     @Option(name: .customLong("bundle-id"), help: "The app's bundle id: jobs without a topic use it plus the push type's suffix (env HERALD_BUNDLE_ID; default none: jobs must carry a topic).")
     var bundleID: String?
@@ -37,7 +42,7 @@ struct WorkerCommand: ParsableCommand {
     @Option(name: .customLong("drain-timeout"), help: "Seconds to finish in-flight notifications on SIGTERM, 0 to 3600 (env HERALD_DRAIN_TIMEOUT; default 30).") var drainTimeout: Int?
     @Option(help: "Event loops in this process, each with its own connections, 1 to 64 (env HERALD_THREADS; default 1).") var threads: Int?
     @Option(help: "Consumer name prefix in the group, unique per process (env HERALD_CONSUMER; default HOST-PID); the loop index is appended.") var consumer: String?
-    @OptionGroup var log: LogOptions
+    @OptionGroup(title: "Logging") var log: LogOptions
     @Option(name: .customLong("metrics-port"), help: "Port of /metrics, /healthz and /readyz (env HERALD_METRICS_PORT; default 9464; 0 picks a free port and prints `metrics on PORT`).") var metricsPort: Int?
     @Option(name: .customLong("metrics-host"), help: "Address the metrics server binds (env HERALD_METRICS_HOST; default 0.0.0.0).") var metricsHost: String?
     @Flag(name: .customLong("no-metrics"), help: "Do not serve /metrics, /healthz, /readyz (default: served on --metrics-port).") var noMetrics = false
