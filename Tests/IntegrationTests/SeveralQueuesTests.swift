@@ -142,6 +142,51 @@ extension IntegrationTests {
         }
 
         @Test
+        func metricsAreLabelledPerQueueAndTheConfigFileNamesTheQueues() async throws {
+            try await withOperationsBed { bed in
+                let emulator = try await bed.startEmulator(["--unregistered-prefix", "dead"])
+                let first = QueueKeys(queue: "mail"), second = QueueKeys(queue: "chat")
+                _ = try await bed.client.xadd(first.jobs, count: 305) { index in
+                    index < 300 ? [("token", WorkerHarness.deviceToken(index, prefix: "0a")), ("payload", WorkerHarness.payload(index))]
+                        : [("token", WorkerHarness.deviceToken(index, prefix: "0a"))]  // missing_payload
+                }
+                _ = try await bed.client.xadd(second.jobs, count: 103) { index in
+                    [("token", WorkerHarness.deviceToken(index, prefix: index < 100 ? "0c" : "dead")), ("payload", WorkerHarness.payload(index))]
+                }
+                let config = bed.directory.path("herald.yaml")
+                try "queues: [mail, chat]\n".write(toFile: config, atomically: true, encoding: .utf8)
+                let (worker, http) = try bed.startWorker(["--redis", bed.redis.url, "--config", config, "--bundle-id", "com.example.app"]
+                                                         + emulator.workerArguments)
+                try await waitFor("the worker drains both queues", timeout: .seconds(60), interval: .milliseconds(100)) {
+                    try worker.requireRunning()
+                    let mail = try await bed.drained(first)
+                    let chat = try await bed.drained(second)
+                    return mail && chat
+                }
+                let scrape = try await http.scrape(until: "/metrics shows every queue's outcomes and gauges", process: worker) { scrape in
+                    scrape.count("herald_notifications_total", ["queue": "mail"]) >= 305 && scrape.count("herald_notifications_total", ["queue": "chat"]) >= 103
+                        && scrape.count("herald_dead_letter_stream_length", ["queue": "mail"]) == 5
+                        && scrape.count("herald_feedback_stream_length", ["queue": "chat"]) == 3
+                }
+                let notifications = scrape.series("herald_notifications_total")
+                #expect(scrape.count("herald_notifications_total", ["queue": "mail", "outcome": "accepted"]) == 300, "\(notifications)")
+                #expect(scrape.count("herald_notifications_total", ["queue": "mail", "outcome": "dead_lettered"]) == 5, "\(notifications)")
+                #expect(scrape.count("herald_notifications_total", ["queue": "chat", "outcome": "accepted"]) == 100, "\(notifications)")
+                #expect(scrape.count("herald_notifications_total", ["queue": "chat", "outcome": "dead_token"]) == 3, "\(notifications)")
+                #expect(scrape.count("herald_notifications_total", ["queue": "chat", "outcome": "dead_lettered"]) == 0, "\(notifications)")
+                #expect(scrape.count("herald_jobs_read_total", ["queue": "mail"]) == 305 && scrape.count("herald_jobs_read_total", ["queue": "chat"]) == 103)
+                for gauge in ["herald_queue_depth", "herald_queue_pending", "herald_consumer_lag", "herald_retry_set_size"] {
+                    #expect(scrape.count(gauge, ["queue": "mail"]) == 0 && scrape.count(gauge, ["queue": "chat"]) == 0,
+                            "one \(gauge) series per queue: \(scrape.series(gauge))")
+                }
+                #expect(scrape.count("herald_dead_letter_stream_length", ["queue": "chat"]) == 0 && scrape.count("herald_feedback_stream_length", ["queue": "mail"]) == 0)
+                #expect(scrape.count("herald_queue_depth", ["queue": "default"]) == -1, "no series for a queue the worker does not read")
+                #expect(try http.status("/readyz") == 200)
+                #expect(try await worker.terminate() == 0, "SIGTERM drains and exits 0: \(worker.outputTail())")
+            }
+        }
+
+        @Test
         func enqueueShardsFollowTheDocumentedHash() throws {
             let harness = try QueueToolingHarness(queue: "push")
             let base = "ab" + String(repeating: "0", count: 62)
