@@ -310,8 +310,15 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             channel.logger.warning("consumer group missing; recreating it", metadata: ["error": "\(message)"])
             channel.groupReady = false
             ensureGroup(channel)
+        } else if message == channel.lastError && channel.errorRepeats % 100 != 99 {
+            // The same error again (a key of the wrong type, a missing permission): one line,
+            // then one per hundred repeats, not one per retry-promotion tick.
+            channel.errorRepeats += 1
+            channel.logger.debug("Redis error again", metadata: ["error": "\(message)", "repeats": "\(channel.errorRepeats)"])
         } else {
-            channel.logger.error("Redis error", metadata: ["error": "\(message)"])
+            channel.errorRepeats = message == channel.lastError ? channel.errorRepeats + 1 : 0
+            channel.lastError = message
+            channel.logger.error("Redis error", metadata: ["error": "\(message)", "queue_keys": "\(channel.keys.jobs)"])
         }
     }
 
@@ -399,8 +406,15 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             case .failure:
                 return
             case .success(.failure(let error)):
-                if case .server(let message) = error { self.handleRedisError(message, channel: channel) }
+                if case .server(let message) = error {
+                    self.handleRedisError(message, channel: channel)
+                    if message.hasPrefix("NOGROUP") { break }  // recreated; read again at once
+                }
+                // WRONGTYPE, NOPERM, an unreadable reply: this queue waits, longer each time,
+                // instead of asking again at once; the other queues read on.
+                self.pauseReads(channel)
             case .success(.success(let read)):
+                channel.readFailures = 0
                 channel.active = !read.isEmpty
                 let (entries, deferredAfter) = QueueWorker.deferringOverBudget(read)
                 if channel.recoveringPending {
@@ -419,6 +433,18 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 self.take(entries, queue: channel.index, deliveries: nil)
             }
             self.maybeRead()
+        }
+    }
+
+    /// A read of `channel` failed: its next read waits 1 s, doubling up to a minute while the
+    /// failures go on.
+    private func pauseReads(_ channel: QueueChannel) {
+        guard channel.readPause == nil else { return }
+        channel.readFailures += 1
+        let delay = Backoff.reconnect.delayMilliseconds(afterFailures: channel.readFailures, using: &random)
+        channel.readPause = loop.schedule(afterMilliseconds: delay) { [weak self, weak channel] in
+            channel?.readPause = nil
+            self?.maybeRead()
         }
     }
 
@@ -645,6 +671,12 @@ final class QueueChannel {
     var groupReady = false
     var claimCursor = "0-0"
     var claimInFlight = false
+    /// Reads paused after a failed read (`QueueWorker.pauseReads`), and how many failed in a row.
+    var readPause: EventLoop.TimerID?
+    var readFailures = 0
+    /// The last Redis error and how often it repeated since (to log a repeat once per hundred).
+    var lastError: String?
+    var errorRepeats = 0
     /// Its last read brought entries (or it has not read yet): it shares the read budget.
     var active = true
     /// Bytes per entry of this queue's replies, about: up at once, down slowly.
@@ -657,7 +689,7 @@ final class QueueChannel {
     }
 
     /// Connected, the group in place: it may read.
-    var canRead: Bool { groupReady && (reader?.isReady ?? false) }
+    var canRead: Bool { groupReady && readPause == nil && (reader?.isReady ?? false) }
 
     /// Updates the bytes-per-entry estimate from one reply.
     func noteReply(bytes: Int, entries: Int) {
@@ -668,6 +700,7 @@ final class QueueChannel {
 
     func close(loop: EventLoop) {
         if let reconnectTimer { loop.cancel(reconnectTimer) }
+        if let readPause { loop.cancel(readPause) }
         reader?.delegate = nil
         writer?.delegate = nil
         reader?.close()

@@ -187,6 +187,78 @@ extension IntegrationTests {
         }
 
         @Test
+        func aBrokenQueueDoesNotStopTheOthersNorSpin() async throws {
+            try await withWorkerBed { bed in
+                let good = QueueKeys(queue: "good"), broken = QueueKeys(queue: "broken")
+                // The broken queue's stream key holds a string: every read and group creation on it
+                // fails with WRONGTYPE.
+                try await bed.client.command("SET", broken.jobs, "not a stream")
+                let jobs = try await enqueueJobs(bed, good, 1_000, prefix: "0e")
+                let worker = try bed.startProcess(["--queues", "broken,good", "--connections", "2"])
+                var ledger = PerQueueLedger()
+                try await waitFor("the good queue is drained", timeout: .seconds(60)) {
+                    guard worker.isRunning else { throw WaitTimeout(description: "herald worker exited: \(worker.logTail())") }
+                    ledger = try await PerQueueLedger.read(bed, good, jobs: jobs)
+                    return ledger.settled
+                }
+                #expect(ledger.accepted == 1_000 && ledger.duplicates == 0 && ledger.missing == 0, "\(ledger)")
+                // Let the broken queue fail for a while longer: its reads back off and a repeated
+                // error is logged once, not once per retry-promotion tick (4 a second) or per read.
+                let watchedFrom = ContinuousClock.now
+                try await waitFor("three seconds of a broken queue", timeout: .seconds(10), failOnTimeout: false) {
+                    ContinuousClock.now - watchedFrom >= .seconds(3)
+                }
+                #expect(worker.isRunning, "a broken queue does not end the worker: \(worker.logTail())")
+                let log = worker.logTail(200_000)
+                let errorLines = log.split(separator: "\n").filter { $0.contains("WRONGTYPE") }
+                #expect(!errorLines.isEmpty, "the broken queue is reported: \(log.suffix(2000))")
+                #expect(errorLines.count <= 5, "repeated errors are not logged every time: \(errorLines.count) lines\n\(errorLines.prefix(10).joined(separator: "\n"))")
+                #expect(try await bed.client.command("GET", broken.jobs).string == "not a stream", "the broken key is left alone")
+                worker.signal(SIGTERM)
+                let ended = try await worker.waitForExit(timeout: .seconds(20))
+                #expect(ended?.status == 0, "SIGTERM drains and exits 0: \(worker.logTail())")
+            }
+        }
+
+        @Test
+        func aKilledShardedWorkersEntriesAreTakenOverPerQueue() async throws {
+            // 200 ms answers keep notifications in flight in every shard when the worker is killed.
+            try await withWorkerBed(emulator: { $0.latencyMilliseconds = 200 }) { bed in
+                let queues = QueueShards.names(base: "claim", shards: 2).map { QueueKeys(queue: $0) }
+                var jobs: [[QueueJob]] = []
+                for (index, keys) in queues.enumerated() { jobs.append(try await enqueueJobs(bed, keys, 1_000, prefix: "1\(index)")) }
+                let first = try bed.startProcess(["--queue", "claim", "--shards", "2", "--connections", "2", "--max-streams", "50", "--claim-idle", "2"])
+                try await waitFor("herald worker \(first.pid) has delivered some jobs", timeout: .seconds(30)) {
+                    guard first.isRunning else { throw WaitTimeout(description: "herald worker exited early: \(first.logTail())") }
+                    return try await bed.emulator.statistics().acceptedUnique >= 200
+                }
+                first.signal(SIGKILL)
+                _ = try await first.waitForExit(timeout: .seconds(10))
+                var pendingAtKill: [Int] = []
+                for keys in queues { pendingAtKill.append(try await bed.client.pendingCount(keys.jobs, group: keys.group)) }
+                #expect(pendingAtKill.allSatisfy { $0 > 0 }, "the killed worker left entries pending in every shard: \(pendingAtKill)")
+
+                let second = try await bed.startWorker(connections: 2, maxStreams: 50) {
+                    $0.queues = queues
+                    $0.claimIdleMilliseconds = 2_000
+                }
+                var ledgers: [PerQueueLedger] = []
+                try await waitFor("every shard is drained by the second worker", timeout: .seconds(90), interval: .milliseconds(200)) {
+                    ledgers = []
+                    for (index, keys) in queues.enumerated() { ledgers.append(try await PerQueueLedger.read(bed, keys, jobs: jobs[index])) }
+                    return ledgers.allSatisfy { $0.settled }
+                }
+                let perQueue = try await second.queueCounters()
+                print("aKilledShardedWorkersEntriesAreTakenOverPerQueue: pending at the kill \(pendingAtKill); reclaimed \(perQueue.map(\.jobsReclaimed)); \(ledgers)")
+                for ledger in ledgers {
+                    #expect(ledger.accepted == 1_000 && ledger.missing == 0, "none lost: \(ledger)")
+                    #expect(ledger.duplicates <= 2 * 50, "duplicates only from what was in flight at the kill: \(ledger)")
+                }
+                #expect(perQueue.allSatisfy { $0.jobsReclaimed > 0 }, "each shard's idle entries were claimed in that shard: \(perQueue.map(\.jobsReclaimed))")
+            }
+        }
+
+        @Test
         func enqueueShardsFollowTheDocumentedHash() throws {
             let harness = try QueueToolingHarness(queue: "push")
             let base = "ab" + String(repeating: "0", count: 62)
