@@ -360,8 +360,12 @@ extension IntegrationTests {
 
             let clash = try harness.herald("stats", "--queues", "a,b", "--shards", "2")
             #expect(clash.status != 0 && clash.stderr.contains("exclude each other"), "\(clash.stderr)")
-            let one = try harness.herald("dead-letters", "list", "--shards", "3", "--queue", "s")
-            #expect(one.status != 0 && one.stderr.contains("one queue at a time"), "\(one.stderr)")
+            let letters = try harness.herald("dead-letters", "list", "--shards", "3", "--queue", "s")
+            #expect(letters.status == 0 && letters.stdout.contains("== s-1") && letters.stdout.contains("BadDeviceToken"), "\(letters.stdout)\(letters.stderr)")
+            let requeue = try harness.herald("dead-letters", "requeue", "--shards", "3", "--queue", "s", "--dry-run")
+            #expect(requeue.status == 0 && requeue.stdout.contains("would requeue 1 dead letter to herald:{s-1}:jobs"), "\(requeue.stdout)\(requeue.stderr)")
+            let follow = try harness.herald("feedback", "tail", "--shards", "3", "--queue", "s")
+            #expect(follow.status != 0 && follow.stderr.contains("one queue at a time"), "\(follow.stderr)")
         }
     }
 }
