@@ -611,7 +611,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     /// XAUTOCLAIM entries other workers left idle in `channel`'s queue (they crashed), then read
     /// their delivery counts. Each queue claims at most its share of the budget.
     private func claimIdle(_ channel: QueueChannel, budget: Int) {
-        guard stoppedSendingReason == nil, channel.groupReady, !channel.claimInFlight, let writer = channel.writer, writer.isReady else { return }
+        guard budget > 0, stoppedSendingReason == nil, channel.groupReady, !channel.claimInFlight,
+              let writer = channel.writer, writer.isReady else { return }
         let count = readCount(channel, budget: budget, sharers: channels.count)
         guard count > 0 else { return }
         channel.claimInFlight = true
