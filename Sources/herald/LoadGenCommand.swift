@@ -42,6 +42,8 @@ struct LoadGenCommand: ParsableCommand {
     @Option(name: .customLong("redis-password-file"), help: "A file holding the attached Redis' password (or env HERALD_REDIS_PASSWORD / HERALD_REDIS_PASSWORD_FILE); the workers get it in their environment (default: no password).")
     var redisPasswordFile: String?
     @Option(help: "Queue name (must be empty).") var queue = "default"
+    @Option(help: "Drive N shard queues QUEUE-0 … QUEUE-(N-1) (each job to its token's shard, as herald enqueue --shards does; fan-out jobs stay whole in their first token's shard); the workers read them all and the report adds a row per queue. 1 to 256 (default: one queue).")
+    var shards: Int?
     @Option(name: .customLong("apns-host"), help: "Attach to this APNs emulator instead of starting one (default: one is started).") var apnsHost: String?
     @Option(name: .customLong("apns-port"), help: "Port of the attached emulator (with --apns-host; default 443).") var apnsPort: Int?
     @Option(name: .customLong("ca-file"), help: "CA the workers trust for --apns-host (default: the system's CAs).") var caFile: String?
@@ -76,6 +78,7 @@ struct LoadGenCommand: ParsableCommand {
         configuration.redisURL = redis
         if redis != nil { configuration.redisPassword = try RedisPassword.resolve(flagFile: redisPasswordFile, configFile: nil) }
         configuration.queue = queue
+        configuration.shards = shards
         configuration.apnsHost = apnsHost
         configuration.apnsPort = apnsPort
         configuration.caFile = caFile

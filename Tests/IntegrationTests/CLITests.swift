@@ -128,7 +128,7 @@ extension IntegrationTests {
                                                  "collapse-id", "apns-id", "app", "count"]
                 let sendNames = Set(send.arguments.map(\.name)), enqueueNames = Set(enqueue.arguments.map(\.name))
                 #expect(notification.isSubset(of: sendNames) && notification.isSubset(of: enqueueNames))
-                #expect(enqueueNames.subtracting(sendNames) == ["redis", "redis-password-file", "queue", "field", "distinct-tokens"])
+                #expect(enqueueNames.subtracting(sendNames) == ["redis", "redis-password-file", "queue", "queues", "shards", "field", "distinct-tokens"])
                 #expect(sendNames.subtracting(enqueueNames) == [
                     "environment", "apns-host", "apns-port", "ca-file", "connections", "max-streams", "response-timeout", "ping-interval",
                     "team-id", "key-id", "key-file", "token-refresh-minutes", "config", "quiet", "timeout", "log-level", "log-format",
