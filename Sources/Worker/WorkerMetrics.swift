@@ -15,7 +15,6 @@ public final class WorkerMetrics {
     private let health: HealthState
     private let loopIndex: Int
     private let worker: QueueWorker
-    private let app: String
     private let queue: String
     private let samplesQueue: Bool
     private var timer: EventLoop.TimerID?
@@ -27,6 +26,14 @@ public final class WorkerMetrics {
     private var lastCounters = WorkerCounters()
     /// What each app's pool had reported at the last publication.
     private var lastPools: [PoolReading]
+    /// Each app's series, in lane order, made once at startup.
+    private let appSeries: [AppSeries]
+    /// Dead letters of jobs that belong to none of the worker's apps (`app=""`).
+    private let unattributedDeadLettered: CoreMetrics.Counter
+    private let jobsRead: CoreMetrics.Counter
+    private let jobsReclaimed: CoreMetrics.Counter
+    private let redisErrors: CoreMetrics.Counter
+    private let unknownFields: CoreMetrics.Counter
 
     struct PoolReading {
         var accepted = 0
@@ -36,48 +43,92 @@ public final class WorkerMetrics {
         var mints = 0
     }
 
+    /// One app's series: made when the worker starts (the apps are known from its configuration),
+    /// so the per-second publication only adds to handles, and every series is exposed at 0
+    /// before its first event. A series that appears only with its first increment hides that
+    /// increment from `rate()` and `increase()`, and leaves panels and alerts without data: an
+    /// app that never succeeds would never show an `accepted` series to alert on.
+    struct AppSeries {
+        let app: String
+        /// `herald_notifications_total{app,queue,outcome}`, in `WorkerMetrics.outcomes` order.
+        let outcomes: [CoreMetrics.Counter]
+        let endToEndLabels: [(String, String)]
+        let requestDurationLabels: [(String, String)]
+        let accepted200: CoreMetrics.Counter
+        let events: [CoreMetrics.Counter]
+        let mints: CoreMetrics.Counter
+        let ready: CoreMetrics.Gauge
+        let connecting: CoreMetrics.Gauge
+        let goingAway: CoreMetrics.Gauge
+        let inFlight: CoreMetrics.Gauge
+        let queued: CoreMetrics.Gauge
+        let slotsFree: CoreMetrics.Gauge
+        let credentialsRejected: CoreMetrics.Gauge
+
+        init(app: String, queue: String, metrics: HeraldMetrics) {
+            self.app = app
+            let appLabel = [("app", app)]
+            outcomes = WorkerMetrics.outcomes.map {
+                metrics.counter("herald_notifications_total", [("app", app), ("queue", queue), ("outcome", $0)])
+            }
+            endToEndLabels = [("app", app), ("queue", queue)]
+            requestDurationLabels = appLabel
+            accepted200 = metrics.counter("herald_apns_responses_total", appLabel + [("status", "200"), ("reason", "")])
+            // The 403 answers the credential alerts watch, at 0 from the start: the first
+            // refusal is often the only one before the app halts, and must show in increase().
+            for reason in WorkerMetrics.forbiddenReasons {
+                _ = metrics.counter("herald_apns_responses_total", appLabel + [("status", "403"), ("reason", reason)])
+            }
+            events = WorkerMetrics.connectionEvents.map { metrics.counter("herald_connection_events_total", appLabel + [("event", $0)]) }
+            mints = metrics.counter("herald_jwt_mints_total", appLabel)
+            ready = metrics.gauge("herald_connections", appLabel + [("state", "ready")])
+            connecting = metrics.gauge("herald_connections", appLabel + [("state", "connecting")])
+            goingAway = metrics.gauge("herald_connections", appLabel + [("state", "going_away")])
+            inFlight = metrics.gauge("herald_streams_in_flight", appLabel)
+            queued = metrics.gauge("herald_notifications_queued", appLabel)
+            slotsFree = metrics.gauge("herald_stream_slots_free", appLabel)
+            credentialsRejected = metrics.gauge("herald_credentials_rejected", appLabel)
+        }
+    }
+
+    /// Dynamic series (APNs' other answers, dead-letter reasons, the last-success time): made on
+    /// first use, once a second at most, and cached.
     private var counterCache: [String: CoreMetrics.Counter] = [:]
     private var gaugeCache: [String: CoreMetrics.Gauge] = [:]
 
-    /// `app` labels the worker-wide outcome counters: the app's name in a single-app worker, `all`
-    /// when one worker serves several (per-app answers are in herald_apns_responses_total).
+    /// Notification and latency series carry the app that sent them (the job's app lane), so a
+    /// worker serving several apps tells them apart.
     public init(metrics: HeraldMetrics, health: HealthState, loopIndex: Int, worker: QueueWorker) {
         self.metrics = metrics
         self.health = health
         self.loopIndex = loopIndex
         self.worker = worker
-        self.app = worker.lanes.count == 1 ? worker.lanes[0].name : "all"
-        self.queue = worker.configuration.keys.queue
+        let queue = worker.configuration.keys.queue
+        self.queue = queue
         self.samplesQueue = loopIndex == 0
         lastPools = worker.lanes.map { _ in PoolReading() }
-        for lane in worker.lanes {
-            metrics.histograms.declare(name: "herald_apns_request_duration_seconds", labels: [("app", lane.name)],
+        appSeries = worker.lanes.map { AppSeries(app: $0.name, queue: queue, metrics: metrics) }
+        lastCounters = WorkerCounters(apps: worker.lanes.count)
+        for series in appSeries {
+            metrics.histograms.declare(name: "herald_apns_request_duration_seconds", labels: series.requestDurationLabels,
                                        help: "Time from opening an HTTP/2 stream to APNs' answer.")
+            metrics.histograms.declare(name: "herald_end_to_end_latency_seconds", labels: series.endToEndLabels,
+                                       help: "Time from enqueue (stream entry id) to APNs accepting the notification.")
         }
-        metrics.histograms.declare(name: "herald_end_to_end_latency_seconds", labels: [("app", app), ("queue", queue)],
-                                   help: "Time from enqueue (stream entry id) to APNs accepting the notification.")
-        declareCounters()
-    }
-
-    /// Makes every counter with a fixed label set now, so it is exposed at 0 before its first
-    /// event: a series that appears only with its first increment hides that increment from
-    /// `rate()` and `increase()`, and leaves the dashboard's panels and alerts without data.
-    private func declareCounters() {
-        let outcome = [("app", app), ("queue", queue)]
-        for name in WorkerMetrics.outcomes { _ = counter("herald_notifications_total", outcome + [("outcome", name)]) }
+        unattributedDeadLettered = metrics.counter("herald_notifications_total", [("app", ""), ("queue", queue), ("outcome", "dead_lettered")])
         let q = [("queue", queue)]
-        for name in ["herald_jobs_read_total", "herald_jobs_reclaimed_total", "herald_jobs_superseded_total",
-                     "herald_jobs_retried_total", "herald_redis_errors_total"] {
-            _ = counter(name, q)
-        }
-        for lane in worker.lanes {
-            for event in WorkerMetrics.connectionEvents { _ = counter("herald_connection_events_total", [("app", lane.name), ("event", event)]) }
-            _ = counter("herald_jwt_mints_total", [("app", lane.name)])
-        }
+        jobsRead = metrics.counter("herald_jobs_read_total", q)
+        jobsReclaimed = metrics.counter("herald_jobs_reclaimed_total", q)
+        redisErrors = metrics.counter("herald_redis_errors_total", q)
+        unknownFields = metrics.counter("herald_jobs_unknown_fields_total", q)
     }
 
+    /// `herald_notifications_total`'s outcomes, in the order of `AppSeries.outcomes`.
     static let outcomes = ["accepted", "dead_token", "dead_lettered", "retried", "superseded", "handed_back"]
     static let connectionEvents = ["opened", "failed", "goaway", "reset", "ping_timeout", "response_timeout", "credentials_suspected"]
+    /// The reasons APNs documents for status 403.
+    static let forbiddenReasons = ["BadCertificate", "BadCertificateEnvironment", "ExpiredProviderToken", "Forbidden",
+                                   "InvalidProviderToken", "MissingProviderToken", "UnrelatedKeyIdInToken", "BadEnvironmentKeyIdInToken"]
 
     /// Starts publishing every `intervalMilliseconds` on the worker's loop.
     public func start(intervalMilliseconds: Int64 = 1_000) {
@@ -113,6 +164,10 @@ public final class WorkerMetrics {
         if delta > 0 { counter(name, labels).increment(by: Int64(delta)) }
     }
 
+    private static func add(_ counter: CoreMetrics.Counter, _ delta: Int) {
+        if delta > 0 { counter.increment(by: Int64(delta)) }
+    }
+
     /// One publication: counter growth, gauges, histograms, health.
     public func publish() {
         let now = EventLoop.monotonicMilliseconds()
@@ -121,29 +176,32 @@ public final class WorkerMetrics {
 
         let counters = worker.counters
         let previous = lastCounters
-        let outcome = [("app", app), ("queue", queue)]
-        add("herald_notifications_total", outcome + [("outcome", "accepted")], counters.accepted - previous.accepted)
-        add("herald_notifications_total", outcome + [("outcome", "dead_token")], counters.deadTokens - previous.deadTokens)
-        add("herald_notifications_total", outcome + [("outcome", "dead_lettered")], counters.deadLettered - previous.deadLettered)
-        add("herald_notifications_total", outcome + [("outcome", "retried")], counters.retried - previous.retried)
-        add("herald_notifications_total", outcome + [("outcome", "superseded")], counters.superseded - previous.superseded)
-        add("herald_notifications_total", outcome + [("outcome", "handed_back")], counters.handedBack - previous.handedBack)
+        for (laneIndex, series) in appSeries.enumerated() where laneIndex < counters.apps.count {
+            let current = counters.apps[laneIndex]
+            let before = laneIndex < previous.apps.count ? previous.apps[laneIndex] : AppOutcomes()
+            // In `WorkerMetrics.outcomes` order.
+            WorkerMetrics.add(series.outcomes[0], current.accepted - before.accepted)
+            WorkerMetrics.add(series.outcomes[1], current.deadTokens - before.deadTokens)
+            WorkerMetrics.add(series.outcomes[2], current.deadLettered - before.deadLettered)
+            WorkerMetrics.add(series.outcomes[3], current.retried - before.retried)
+            WorkerMetrics.add(series.outcomes[4], current.superseded - before.superseded)
+            WorkerMetrics.add(series.outcomes[5], current.handedBack - before.handedBack)
+            metrics.histograms.add(current.endToEndLatency.subtracting(before.endToEndLatency),
+                                   name: "herald_end_to_end_latency_seconds", labels: series.endToEndLabels)
+        }
+        WorkerMetrics.add(unattributedDeadLettered, counters.unattributedDeadLettered - previous.unattributedDeadLettered)
+        WorkerMetrics.add(jobsRead, counters.jobsRead - previous.jobsRead)
+        WorkerMetrics.add(jobsReclaimed, counters.jobsReclaimed - previous.jobsReclaimed)
+        WorkerMetrics.add(redisErrors, counters.redisErrors - previous.redisErrors)
+        WorkerMetrics.add(unknownFields, counters.unknownFields - previous.unknownFields)
         let q = [("queue", queue)]
-        add("herald_jobs_read_total", q, counters.jobsRead - previous.jobsRead)
-        add("herald_jobs_reclaimed_total", q, counters.jobsReclaimed - previous.jobsReclaimed)
-        add("herald_jobs_superseded_total", q, counters.superseded - previous.superseded)
-        add("herald_jobs_retried_total", q, counters.retried - previous.retried)
-        add("herald_redis_errors_total", q, counters.redisErrors - previous.redisErrors)
-        add("herald_jobs_unknown_fields_total", q, counters.unknownFields - previous.unknownFields)
         for (reason, count) in counters.deadLetteredByReason {
             add("herald_jobs_dead_lettered_total", q + [("reason", reason)], count - (previous.deadLetteredByReason[reason] ?? 0))
         }
-        metrics.histograms.add(counters.endToEndLatency.subtracting(previous.endToEndLatency),
-                               name: "herald_end_to_end_latency_seconds", labels: outcome)
         lastCounters = counters
 
         for (laneIndex, lane) in worker.lanes.enumerated() {
-            publishPool(lane, last: &lastPools[laneIndex])
+            publishPool(lane, series: appSeries[laneIndex], queued: worker.rules.queued(lane: laneIndex), last: &lastPools[laneIndex])
         }
 
         tick += 1
@@ -156,28 +214,29 @@ public final class WorkerMetrics {
         }
     }
 
-    private func publishPool(_ lane: AppLane, last: inout PoolReading) {
+    private func publishPool(_ lane: AppLane, series: AppSeries, queued: Int, last: inout PoolReading) {
         let pool = lane.pool
-        let app = lane.name
-        add("herald_apns_responses_total", [("app", app), ("status", "200"), ("reason", "")], pool.acceptedResponses - last.accepted)
+        let app = series.app
+        WorkerMetrics.add(series.accepted200, pool.acceptedResponses - last.accepted)
         last.accepted = pool.acceptedResponses
-        for (key, count) in pool.otherResponses {
+        for (key, count) in pool.otherResponses where count != last.responses[key] {
             let parts = key.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: false)
             let status = String(parts[0])
             let reason = parts.count > 1 ? String(parts[1]) : ""
             add("herald_apns_responses_total", [("app", app), ("status", status), ("reason", reason)], count - (last.responses[key] ?? 0))
         }
         last.responses = pool.otherResponses
-        metrics.histograms.add(pool.requestDuration.subtracting(last.duration), name: "herald_apns_request_duration_seconds", labels: [("app", app)])
+        metrics.histograms.add(pool.requestDuration.subtracting(last.duration), name: "herald_apns_request_duration_seconds",
+                               labels: series.requestDurationLabels)
         last.duration = pool.requestDuration
         let events = [pool.connectionsOpened, pool.connectionFailures, pool.goAwaysReceived, pool.connectionResets, pool.pingTimeouts,
                       pool.responseTimeouts, pool.credentialSuspicions]
-        for (index, name) in WorkerMetrics.connectionEvents.enumerated() {
-            add("herald_connection_events_total", [("app", app), ("event", name)], events[index] - last.events[index])
+        for index in events.indices {
+            WorkerMetrics.add(series.events[index], events[index] - last.events[index])
         }
         last.events = events
         let mints = pool.tokens?.mintCount ?? 0
-        add("herald_jwt_mints_total", [("app", app)], mints - last.mints)
+        WorkerMetrics.add(series.mints, mints - last.mints)
         last.mints = mints
 
         var ready = 0, connecting = 0, goingAway = 0
@@ -189,15 +248,16 @@ public final class WorkerMetrics {
             case .closed: break
             }
         }
-        let appLabel = [("app", app)]
-        gauge("herald_connections", appLabel + [("state", "ready")]).record(ready)
-        gauge("herald_connections", appLabel + [("state", "connecting")]).record(connecting)
-        gauge("herald_connections", appLabel + [("state", "going_away")]).record(goingAway)
-        gauge("herald_streams_in_flight", appLabel).record(pool.inFlight)
-        gauge("herald_stream_slots_free", appLabel).record(pool.freeSlots)
-        gauge("herald_credentials_rejected", appLabel).record(pool.stoppedReason == nil ? 0 : 1)
+        series.ready.record(ready)
+        series.connecting.record(connecting)
+        series.goingAway.record(goingAway)
+        series.inFlight.record(pool.inFlight)
+        series.queued.record(queued)
+        series.slotsFree.record(pool.freeSlots)
+        series.credentialsRejected.record(pool.stoppedReason == nil ? 0 : 1)
         if pool.lastAcceptedAt > 0 {
-            gauge("herald_last_success_timestamp_seconds", appLabel).record(Double(pool.lastAcceptedAt) / 1000)
+            // No 0 before the first success: a timestamp of 1970 would read as "55 years ago".
+            gauge("herald_last_success_timestamp_seconds", [("app", app)]).record(Double(pool.lastAcceptedAt) / 1000)
         }
     }
 
