@@ -140,6 +140,10 @@ extension IntegrationTests {
                 let counts = try await emulator.statistics()
                 #expect(counts.acceptedUnique == defaultAccepted + secondAccepted && counts.duplicates == 0, "\(counts)")
 
+                // The alert rules, over this idle state held for half an hour: nothing fires.
+                let verdict = try MetricsTruth.alertRules(over: scrape, alert: "HeraldNoSuccessfulSend", firingForApps: [])
+                #expect(verdict.0 == 0, "HeraldNoSuccessfulSend on this worker's /metrics:\n\(verdict.1)")
+
                 // The process metrics are the worker's own, read from /proc as the kernel sees it now.
                 try checkProcessMetrics(scrape, pid: worker.pid, startedAt: startedAt)
                 // The exposition is valid, and names exactly the metrics docs/operations.md lists.
@@ -153,6 +157,49 @@ extension IntegrationTests {
                 }
 
                 #expect(try await worker.terminate() == 0, "\(worker.outputTail())")
+            }
+        }
+
+        /// A bad deploy: the worker cannot reach APNs (nothing listens on its port), so it does not
+        /// read its queue. Before any success the series HeraldNoSuccessfulSend needs are there:
+        /// `accepted` at 0 (not missing), no connection ready, the jobs in the queue, connection
+        /// failures counted, no last-success time; and the alert rules fire on that state.
+        /// Nothing is lost: the jobs wait in Redis.
+        @Test
+        func aWorkerThatNeverSucceedsShowsItsWork() async throws {
+            try await withOperationsBed { bed in
+                let emulator = try await bed.startEmulator()
+                let closedPort = try RedisServer.freePort()
+                let keys = QueueKeys()
+                let count = 20
+                _ = try await bed.client.xadd(keys.jobs, count: count) { index in
+                    [("token", WorkerHarness.deviceToken(index)), ("payload", WorkerHarness.payload(index))]
+                }
+                let (worker, http) = try bed.startWorker([
+                    "--redis", bed.redis.url, "--bundle-id", "com.example.app", "--drain-timeout", "5",
+                    "--apns-host", "127.0.0.1", "--apns-port", String(closedPort), "--ca-file", emulator.certificatePath,
+                    "--team-id", "TEAM000001", "--key-id", "KEY0000001", "--key-file", emulator.keyPath,
+                ])
+                let scrape = try await http.scrape(until: "/metrics shows the waiting jobs and failed connections", process: worker) {
+                    $0.count("herald_queue_depth") == count
+                        && $0.count("herald_connection_events_total", ["app": "default", "event": "failed"]) > 0
+                }
+                #expect(scrape.count("herald_notifications_total", ["app": "default", "outcome": "accepted"]) == 0,
+                        "the accepted series exists at 0: \(scrape.series("herald_notifications_total"))")
+                #expect(scrape.value("herald_last_success_timestamp_seconds") == nil, "no success yet, so no time of one")
+                #expect(scrape.count("herald_connections", ["app": "default", "state": "ready"]) == 0)
+                #expect(scrape.count("herald_jobs_read_total") == 0, "no connection, no reading: the jobs wait in Redis")
+                #expect(scrape.count("herald_apns_responses_total") == 0, "APNs never answered")
+                // The alert rules, over this state held for half an hour: HeraldNoSuccessfulSend fires.
+                let verdict = try MetricsTruth.alertRules(over: scrape, alert: "HeraldNoSuccessfulSend", firingForApps: ["default"])
+                #expect(verdict.0 == 0, "HeraldNoSuccessfulSend on this worker's /metrics:\n\(verdict.1)")
+
+                #expect(try await worker.terminate() == 0, "\(worker.outputTail())")
+                let parked = try await bed.client.integer("ZCARD", keys.retry)
+                let unread = try await bed.length(keys.jobs)
+                #expect(parked + unread == count, "nothing lost: \(parked) handed back, \(unread) unread of \(count)")
+                #expect(try await bed.client.pendingCount(keys.jobs, group: keys.group) == 0)
+                #expect(try await bed.length(keys.dead) == 0)
             }
         }
 
@@ -219,6 +266,47 @@ extension IntegrationTests {
             defer { unlink(path) }
             let (status, output) = try MetricsTruth.runCapturingAll("/bin/sh", ["-c", "\"$0\" check metrics < \"$1\"", promtool, path])
             #expect(status == 0, "promtool check metrics:\n\(output)")
+        }
+
+        /// promtool's unit test of `alert` over the worker's state as `scrape` saw it, held for 30
+        /// minutes (every sample constant; histograms left out), expecting it to fire for exactly
+        /// `firingForApps` at the end: (exit status, output).
+        static func alertRules(over scrape: MetricsScrape, alert: String, firingForApps apps: [String]) throws -> (Int32, String) {
+            var lines = [
+                "rule_files:",
+                "  - \(repository.appendingPathComponent("Deploy/prometheus/alerts.yaml").path)",
+                "evaluation_interval: 1m",
+                "tests:",
+                "  - interval: 1m",
+                "    input_series:",
+            ]
+            for sample in scrape.samples where !sample.name.hasSuffix("_bucket") && !sample.name.hasSuffix("_sum") && !sample.name.hasSuffix("_count") {
+                var labels = sample.labels
+                labels["instance"] = "worker-1"
+                labels["job"] = "herald"
+                let text = labels.sorted { $0.key < $1.key }.map { key, value in
+                    "\(key)=\"\(value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\""))\""
+                }.joined(separator: ",")
+                let series = "\(sample.name){\(text)}".replacingOccurrences(of: "'", with: "''")
+                lines.append("      - series: '\(series)'")
+                lines.append("        values: '\(sample.value.isFinite ? String(sample.value) : "+Inf")x30'")
+            }
+            lines += ["    alert_rule_test:", "      - eval_time: 30m", "        alertname: \(alert)", "        exp_alerts:\(apps.isEmpty ? " []" : "")"]
+            for app in apps {
+                lines += [
+                    "          - exp_labels: {severity: critical, app: \(app)}",
+                    "            exp_annotations:",
+                    "              summary: \"Herald app \(app): no notification accepted for 10 minutes while it has work\"",
+                    "              description: \"No worker has had a notification for app \(app) accepted by APNs in the last 10 minutes while notifications for it wait, are retried or handed back. Look at credentials (HeraldCredentialsRejected), APNs reachability and herald_apns_responses_total by status.\"",
+                    "              runbook_url: docs/operations.md#heraldnosuccessfulsend",
+                ]
+            }
+            let yaml = lines.joined(separator: "\n") + "\n"
+            let path = NSTemporaryDirectory() + "herald-alert-\(getpid())-\(alert).yaml"
+            try yaml.write(toFile: path, atomically: true, encoding: .utf8)
+            defer { unlink(path) }
+            let result = try runCapturingAll(try promtool(), ["test", "rules", path])
+            return (result.0, result.1 + (result.0 == 0 ? "" : "\n--- test file ---\n" + yaml))
         }
 
         /// docs/operations.md's metrics table: name to type.

@@ -404,6 +404,11 @@ extension IntegrationTests {
                 #expect(scrape.count("herald_apns_responses_total", ["status": "403", "reason": "InvalidProviderToken"]) >= 1,
                         "\(scrape.series("herald_apns_responses_total"))")
                 #expect(scrape.count("herald_notifications_total", ["outcome": "dead_lettered"]) == 0)
+                // What HeraldNoSuccessfulSend and HeraldAPNsForbidden read: an accepted series at
+                // 0 (present, not missing) and the refusal counted on a series made at startup.
+                #expect(scrape.count("herald_notifications_total", ["app": "default", "outcome": "accepted"]) == 0)
+                #expect(scrape.count("herald_notifications_total", ["app": "default", "outcome": "handed_back"]) >= 1,
+                        "\(scrape.series("herald_notifications_total"))")
                 #expect(parked > 0, "the jobs wait in the retry set")
                 #expect(try await bed.length(keys.dead) == 0, "refused credentials never burn jobs into the dead letters")
                 let critical = worker.stderr.split(separator: "\n").filter { $0.contains("\"level\":\"critical\"") }
