@@ -1,27 +1,49 @@
 import Glibc
+import Synchronization
 
 /// The standard process collector's metrics, under the names every Prometheus client library
 /// exports them (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
 /// `process_virtual_memory_bytes`, `process_open_fds`, `process_max_fds`,
 /// `process_start_time_seconds`), so the dashboards and alerts written for them work on Herald.
 ///
-/// Read from /proc/self when /metrics is scraped, not on a timer: a scrape costs three small
-/// reads and a directory listing, and a worker nobody scrapes pays nothing. Linux only, like
-/// Herald; a value /proc does not give is left out rather than reported as 0.
+/// Read from /proc/self when /metrics is scraped, not on a timer: a scrape costs a small read and
+/// a directory listing, and a worker nobody scrapes pays nothing. /proc/self/stat and
+/// /proc/self/fd stay open from the start and are read again in place, so the metrics still
+/// come when the process has run out of file descriptors, which is when `process_open_fds`
+/// matters most. Linux only, like Herald; a value /proc does not give is left out rather than
+/// reported as 0.
 public final class ProcessMetrics: Sendable {
     /// When the process started (UNIX seconds); fixed for its life, so read once.
     let startTimeSeconds: Double?
     let ticksPerSecond: Double
     let pageSize: Double
+    private let handles: Mutex<Handles>
+
+    /// The descriptors kept open (-1 and nil when opening failed: then each scrape opens them).
+    struct Handles {
+        var stat: Int32
+        var descriptors: OpaquePointer?
+    }
 
     public init() {
         ticksPerSecond = Double(max(1, sysconf(Int32(_SC_CLK_TCK))))
         pageSize = Double(max(1, sysconf(Int32(_SC_PAGESIZE))))
-        if let stat = ProcessMetrics.read("/proc/self/stat").flatMap(ProcessStat.init),
+        let stat = open("/proc/self/stat", O_RDONLY | O_CLOEXEC)
+        let descriptors = opendir("/proc/self/fd")
+        if let descriptors { _ = fcntl(dirfd(descriptors), F_SETFD, FD_CLOEXEC) }
+        handles = Mutex(Handles(stat: stat, descriptors: descriptors))
+        if let parsed = ProcessMetrics.read("/proc/self/stat").flatMap(ProcessStat.init),
            let bootTime = ProcessMetrics.read("/proc/stat").flatMap(ProcessMetrics.bootTime) {
-            startTimeSeconds = bootTime + Double(stat.startTimeTicks) / ticksPerSecond
+            startTimeSeconds = bootTime + Double(parsed.startTimeTicks) / ticksPerSecond
         } else {
             startTimeSeconds = nil
+        }
+    }
+
+    deinit {
+        handles.withLock { handles in
+            if handles.stat >= 0 { close(handles.stat) }
+            if let descriptors = handles.descriptors { closedir(descriptors) }
         }
     }
 
@@ -37,12 +59,23 @@ public final class ProcessMetrics: Sendable {
 
     public func read() -> Reading {
         var reading = Reading()
-        if let stat = ProcessMetrics.read("/proc/self/stat").flatMap(ProcessStat.init) {
+        let (statText, openFDs) = handles.withLock { handles in
+            let text = handles.stat >= 0 ? ProcessMetrics.read(fd: handles.stat) : ProcessMetrics.read("/proc/self/stat")
+            let count: Int?
+            if let descriptors = handles.descriptors {
+                rewinddir(descriptors)
+                count = ProcessMetrics.count(descriptors)
+            } else {
+                count = ProcessMetrics.openDescriptors()
+            }
+            return (text, count)
+        }
+        if let stat = statText.flatMap(ProcessStat.init) {
             reading.cpuSeconds = Double(stat.userTicks + stat.systemTicks) / ticksPerSecond
             reading.residentBytes = Double(stat.residentPages) * pageSize
             reading.virtualBytes = Double(stat.virtualBytes)
         }
-        reading.openFDs = ProcessMetrics.openDescriptors()
+        reading.openFDs = openFDs
         var limit = rlimit()
         if getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 {
             reading.maxFDs = limit.rlim_cur == rlim_t.max ? Double.infinity : Double(limit.rlim_cur)
@@ -82,10 +115,15 @@ public final class ProcessMetrics: Sendable {
         return nil
     }
 
-    /// Entries of /proc/self/fd, not counting the descriptor that lists them.
+    /// Entries of /proc/self/fd, opened for this one count.
     static func openDescriptors() -> Int? {
         guard let directory = opendir("/proc/self/fd") else { return nil }
         defer { closedir(directory) }
+        return count(directory)
+    }
+
+    /// Entries of an open /proc/self/fd listing, not counting the descriptor that lists them.
+    static func count(_ directory: OpaquePointer) -> Int {
         let own = dirfd(directory)
         var count = 0
         while let entry = readdir(directory) {
@@ -103,10 +141,16 @@ public final class ProcessMetrics: Sendable {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
+        return read(fd: fd)
+    }
+
+    /// The whole of an open /proc file, from its start (pread: the kernel renders it afresh).
+    static func read(fd: Int32) -> String? {
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 4096)
         while bytes.count < 1 << 20 {
-            let count = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            let offset = bytes.count
+            let count = chunk.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, off_t(offset)) }
             if count > 0 {
                 bytes.append(contentsOf: chunk[0..<count])
             } else if count < 0 && errno == EINTR {

@@ -203,6 +203,47 @@ extension IntegrationTests {
             }
         }
 
+        /// The process metrics come even when the worker has no file descriptor left (when
+        /// `process_open_fds` matters most): the scrape's own connection takes the last one, and
+        /// /proc is read through descriptors opened at start.
+        @Test
+        func processMetricsSurviveDescriptorExhaustion() async throws {
+            try await withOperationsBed { bed in
+                let emulator = try await bed.startEmulator()
+                let keys = QueueKeys()
+                let count = 30
+                _ = try await bed.client.xadd(keys.jobs, count: count) { index in
+                    [("token", WorkerHarness.deviceToken(index)), ("payload", WorkerHarness.payload(index))]
+                }
+                let (worker, http) = try bed.startWorker(["--redis", bed.redis.url, "--bundle-id", "com.example.app"] + emulator.workerArguments)
+                try await waitFor("the worker drains the queue", timeout: .seconds(30), interval: .milliseconds(100)) {
+                    try worker.requireRunning()
+                    return try await bed.drained(keys)
+                }
+                // One descriptor left: the scrape's connection takes it. The limit bounds descriptor
+                // numbers, not their count, so it is set just above the lowest free number: once
+                // the scrape has that one, every other free number is at or above the limit.
+                let listed = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(worker.pid)/fd").compactMap { Int($0) }
+                let inUse = Set(listed)
+                let lowestFree = (0...).first { !inUse.contains($0) }!
+                let limit = lowestFree + 1
+                let (status, output) = try OperationsHTTP.run("/usr/bin/prlimit", ["--pid", String(worker.pid), "--nofile=\(limit):\(limit)"])
+                try #require(status == 0, "prlimit: \(output)")
+                let scrape = try http.scrape()
+                _ = try OperationsHTTP.run("/usr/bin/prlimit", ["--pid", String(worker.pid), "--nofile=4096:4096"])
+                #expect(scrape.value("process_max_fds") == Double(limit), "\(scrape.series("process_max_fds"))")
+                let used = scrape.value("process_open_fds") ?? -1
+                #expect(abs(used - Double(listed.count + 1)) <= 1, "process_open_fds \(used); \(listed.count) listed before the scrape")
+                #expect((scrape.value("process_resident_memory_bytes") ?? 0) > 0, "/proc/self/stat read without a new descriptor")
+                #expect((scrape.value("process_cpu_seconds_total") ?? 0) > 0)
+
+                #expect(try await worker.terminate() == 0, "\(worker.outputTail())")
+                let counts = try await emulator.statistics()
+                #expect(counts.acceptedUnique == count && counts.duplicates == 0, "every job delivered: \(counts)")
+                #expect(try await bed.length(keys.dead) == 0)
+            }
+        }
+
         /// The alert rules fire in the cases they are written for and stay quiet in the others
         /// (Deploy/prometheus/alerts.test.yaml), and the deployment files agree with what Herald
         /// exports (Deploy/validate.py, static checks).
