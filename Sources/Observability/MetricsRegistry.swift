@@ -38,6 +38,20 @@ public final class HeraldMetrics: Sendable {
         CoreMetrics.Gauge(label: name, dimensions: dimensions, factory: factory)
     }
 
+    private let loopGauges = Mutex<[String: LoopGauge]>([:])
+
+    /// The gauge `name{dimensions}` that `loops` event loops report into, each its own part; every
+    /// caller with the same name and dimensions gets the same one.
+    public func loopGauge(_ name: String, _ dimensions: [(String, String)], loops: Int, combine: LoopGauge.Combine = .sum) -> LoopGauge {
+        let key = name + "{" + PrometheusText.labels(dimensions) + "}"
+        return loopGauges.withLock { gauges in
+            if let existing = gauges[key] { return existing }
+            let made = LoopGauge(gauge: gauge(name, dimensions), loops: loops, combine: combine)
+            gauges[key] = made
+            return made
+        }
+    }
+
     /// The exposition text of every metric.
     public func render() -> [UInt8] {
         var buffer: [UInt8] = []

@@ -28,6 +28,8 @@ public final class WorkerMetrics {
     private var lastPools: [PoolReading]
     /// Each app's series, in lane order, made once at startup.
     private let appSeries: [AppSeries]
+    /// Each app's `herald_last_success_timestamp_seconds`, made at its first success.
+    private var lastSuccess: [LoopGauge?]
     /// Dead letters of jobs that belong to none of the worker's apps (`app=""`).
     private let unattributedDeadLettered: CoreMetrics.Counter
     private let jobsRead: CoreMetrics.Counter
@@ -57,15 +59,16 @@ public final class WorkerMetrics {
         let accepted200: CoreMetrics.Counter
         let events: [CoreMetrics.Counter]
         let mints: CoreMetrics.Counter
-        let ready: CoreMetrics.Gauge
-        let connecting: CoreMetrics.Gauge
-        let goingAway: CoreMetrics.Gauge
-        let inFlight: CoreMetrics.Gauge
-        let queued: CoreMetrics.Gauge
-        let slotsFree: CoreMetrics.Gauge
-        let credentialsRejected: CoreMetrics.Gauge
+        /// Gauges every loop of the worker reports into (summed, or the maximum for a flag or a time).
+        let ready: LoopGauge
+        let connecting: LoopGauge
+        let goingAway: LoopGauge
+        let inFlight: LoopGauge
+        let queued: LoopGauge
+        let slotsFree: LoopGauge
+        let credentialsRejected: LoopGauge
 
-        init(app: String, queue: String, metrics: HeraldMetrics) {
+        init(app: String, queue: String, metrics: HeraldMetrics, loops: Int) {
             self.app = app
             let appLabel = [("app", app)]
             outcomes = WorkerMetrics.outcomes.map {
@@ -81,13 +84,14 @@ public final class WorkerMetrics {
             }
             events = WorkerMetrics.connectionEvents.map { metrics.counter("herald_connection_events_total", appLabel + [("event", $0)]) }
             mints = metrics.counter("herald_jwt_mints_total", appLabel)
-            ready = metrics.gauge("herald_connections", appLabel + [("state", "ready")])
-            connecting = metrics.gauge("herald_connections", appLabel + [("state", "connecting")])
-            goingAway = metrics.gauge("herald_connections", appLabel + [("state", "going_away")])
-            inFlight = metrics.gauge("herald_streams_in_flight", appLabel)
-            queued = metrics.gauge("herald_notifications_queued", appLabel)
-            slotsFree = metrics.gauge("herald_stream_slots_free", appLabel)
-            credentialsRejected = metrics.gauge("herald_credentials_rejected", appLabel)
+            ready = metrics.loopGauge("herald_connections", appLabel + [("state", "ready")], loops: loops)
+            connecting = metrics.loopGauge("herald_connections", appLabel + [("state", "connecting")], loops: loops)
+            goingAway = metrics.loopGauge("herald_connections", appLabel + [("state", "going_away")], loops: loops)
+            inFlight = metrics.loopGauge("herald_streams_in_flight", appLabel, loops: loops)
+            queued = metrics.loopGauge("herald_notifications_queued", appLabel, loops: loops)
+            slotsFree = metrics.loopGauge("herald_stream_slots_free", appLabel, loops: loops)
+            credentialsRejected = metrics.loopGauge("herald_credentials_rejected", appLabel, loops: loops, combine: .max)
+
         }
     }
 
@@ -107,7 +111,8 @@ public final class WorkerMetrics {
         self.queue = queue
         self.samplesQueue = loopIndex == 0
         lastPools = worker.lanes.map { _ in PoolReading() }
-        appSeries = worker.lanes.map { AppSeries(app: $0.name, queue: queue, metrics: metrics) }
+        appSeries = worker.lanes.map { AppSeries(app: $0.name, queue: queue, metrics: metrics, loops: health.loops) }
+        lastSuccess = worker.lanes.map { _ in nil }
         lastCounters = WorkerCounters(apps: worker.lanes.count)
         for series in appSeries {
             metrics.histograms.declare(name: "herald_apns_request_duration_seconds", labels: series.requestDurationLabels,
@@ -202,6 +207,14 @@ public final class WorkerMetrics {
 
         for (laneIndex, lane) in worker.lanes.enumerated() {
             publishPool(lane, series: appSeries[laneIndex], queued: worker.rules.queued(lane: laneIndex), last: &lastPools[laneIndex])
+            if lane.pool.lastAcceptedAt > 0 {
+                // No 0 before the first success: a timestamp of 1970 would read as "55 years ago".
+                if lastSuccess[laneIndex] == nil {
+                    lastSuccess[laneIndex] = metrics.loopGauge("herald_last_success_timestamp_seconds", [("app", lane.name)],
+                                                               loops: health.loops, combine: .max)
+                }
+                lastSuccess[laneIndex]?.record(Double(lane.pool.lastAcceptedAt) / 1000, loop: loopIndex)
+            }
         }
 
         tick += 1
@@ -248,17 +261,13 @@ public final class WorkerMetrics {
             case .closed: break
             }
         }
-        series.ready.record(ready)
-        series.connecting.record(connecting)
-        series.goingAway.record(goingAway)
-        series.inFlight.record(pool.inFlight)
-        series.queued.record(queued)
-        series.slotsFree.record(pool.freeSlots)
-        series.credentialsRejected.record(pool.stoppedReason == nil ? 0 : 1)
-        if pool.lastAcceptedAt > 0 {
-            // No 0 before the first success: a timestamp of 1970 would read as "55 years ago".
-            gauge("herald_last_success_timestamp_seconds", [("app", app)]).record(Double(pool.lastAcceptedAt) / 1000)
-        }
+        series.ready.record(ready, loop: loopIndex)
+        series.connecting.record(connecting, loop: loopIndex)
+        series.goingAway.record(goingAway, loop: loopIndex)
+        series.inFlight.record(pool.inFlight, loop: loopIndex)
+        series.queued.record(queued, loop: loopIndex)
+        series.slotsFree.record(pool.freeSlots, loop: loopIndex)
+        series.credentialsRejected.record(pool.stoppedReason == nil ? 0 : 1, loop: loopIndex)
     }
 
     private func sampleQueue() {

@@ -203,6 +203,43 @@ extension IntegrationTests {
             }
         }
 
+        /// With `--threads 2` every loop has its own connections and streams: the per-app gauges
+        /// show both loops' together, not whichever loop published last, and the counters count
+        /// both loops' notifications.
+        @Test
+        func gaugesOfSeveralLoopsAddUp() async throws {
+            try await withOperationsBed { bed in
+                let emulator = try await bed.startEmulator()
+                let keys = QueueKeys()
+                let count = 200
+                _ = try await bed.client.xadd(keys.jobs, count: count) { index in
+                    [("token", WorkerHarness.deviceToken(index)), ("payload", WorkerHarness.payload(index))]
+                }
+                let startedAt = Date().timeIntervalSince1970
+                let (worker, http) = try bed.startWorker(["--redis", bed.redis.url, "--bundle-id", "com.example.app", "--threads", "2",
+                                                          "--connections", "2", "--max-streams", "50"] + emulator.workerArguments)
+                try await waitFor("the worker drains the queue", timeout: .seconds(30), interval: .milliseconds(100)) {
+                    try worker.requireRunning()
+                    return try await bed.drained(keys)
+                }
+                // 2 loops x 2 connections (one loop's gauge alone would say 2).
+                let scrape = try await http.scrape(until: "/metrics shows both loops' connections and every notification", process: worker) {
+                    $0.count("herald_connections", ["app": "default", "state": "ready"]) == 4
+                        && $0.count("herald_notifications_total", ["outcome": "accepted"]) == count
+                }
+                // A connection allows 1 stream until its first accepted request, then up to 50.
+                let free = scrape.count("herald_stream_slots_free", ["app": "default"])
+                #expect(free >= 4 && free <= 200, "\(free) slots free on 4 connections")
+                #expect(scrape.count("herald_streams_in_flight", ["app": "default"]) == 0)
+                #expect(scrape.count("herald_credentials_rejected", ["app": "default"]) == 0)
+                let lastSuccess = scrape.value("herald_last_success_timestamp_seconds", ["app": "default"]) ?? 0
+                #expect(lastSuccess >= startedAt - 1 && lastSuccess <= Date().timeIntervalSince1970 + 1, "last success \(lastSuccess)")
+                #expect(try await worker.terminate() == 0, "\(worker.outputTail())")
+                let counts = try await emulator.statistics()
+                #expect(counts.acceptedUnique == count && counts.duplicates == 0, "\(counts)")
+            }
+        }
+
         /// The process metrics come even when the worker has no file descriptor left (when
         /// `process_open_fds` matters most): the scrape's own connection takes the last one, and
         /// /proc is read through descriptors opened at start.
