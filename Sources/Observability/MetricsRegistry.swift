@@ -74,21 +74,26 @@ public struct HelpingMetricsFactory: CoreMetrics.MetricsFactory {
         inner = PrometheusMetricsFactory(registry: registry)
     }
 
+    /// The name as it is, with its help text (no unit suffix added: Herald's names carry theirs).
+    private func descriptor(_ name: String) -> MetricNameDescriptor {
+        MetricNameDescriptor(metricName: name, unitName: "", helpText: MetricHelp.text[name] ?? "")
+    }
+
     public func makeCounter(label: String, dimensions: [(String, String)]) -> any CounterHandler {
-        registry.makeCounter(name: label, labels: dimensions, help: MetricHelp.text[label] ?? "")
+        registry.makeCounter(descriptor: descriptor(label), labels: dimensions)
     }
 
     public func makeFloatingPointCounter(label: String, dimensions: [(String, String)]) -> any FloatingPointCounterHandler {
-        registry.makeCounter(name: label, labels: dimensions, help: MetricHelp.text[label] ?? "")
+        registry.makeCounter(descriptor: descriptor(label), labels: dimensions)
     }
 
     public func makeRecorder(label: String, dimensions: [(String, String)], aggregate: Bool) -> any RecorderHandler {
         guard !aggregate else { return inner.makeRecorder(label: label, dimensions: dimensions, aggregate: aggregate) }
-        return registry.makeGauge(name: label, labels: dimensions, help: MetricHelp.text[label] ?? "")
+        return registry.makeGauge(descriptor: descriptor(label), labels: dimensions)
     }
 
     public func makeMeter(label: String, dimensions: [(String, String)]) -> any MeterHandler {
-        registry.makeGauge(name: label, labels: dimensions, help: MetricHelp.text[label] ?? "")
+        registry.makeGauge(descriptor: descriptor(label), labels: dimensions)
     }
 
     public func makeTimer(label: String, dimensions: [(String, String)]) -> any TimerHandler {
