@@ -9,7 +9,9 @@ import Transport
 /// The hot path only bumps plain integers and a local histogram on its loop; this publisher turns
 /// their growth since the last second into swift-metrics counter increments, sets gauges, merges
 /// histograms into the shared ones, stamps the loop's heartbeat and readiness, and (on loop 0)
-/// samples the queue's depth, pending entries, lag and the other streams. Loop-confined.
+/// samples the queue's depth, pending entries, lag and the other streams. Outcomes and latency are
+/// published per app (the job's app lane) through handles made at startup; per-app gauges are
+/// `LoopGauge`s, which add this loop's part to the other loops'. Loop-confined.
 public final class WorkerMetrics {
     private let metrics: HeraldMetrics
     private let health: HealthState
@@ -91,7 +93,6 @@ public final class WorkerMetrics {
             queued = metrics.loopGauge("herald_notifications_queued", appLabel, loops: loops)
             slotsFree = metrics.loopGauge("herald_stream_slots_free", appLabel, loops: loops)
             credentialsRejected = metrics.loopGauge("herald_credentials_rejected", appLabel, loops: loops, combine: .max)
-
         }
     }
 
