@@ -358,9 +358,11 @@ def check_alerts(report, documents):
 
 
 def documented_metrics(text):
-    """The metrics table of docs/operations.md: rows `| `name` | type | `label`, ... | text |`."""
+    """The worker's metrics table of docs/operations.md, the section "### Metrics": rows
+    `| `name` | type | `label`, ... | text |`."""
     table = {}
-    for line in text.splitlines():
+    section = re.search(r"^### Metrics\s*$(.*?)(?=^#{1,3} )", text, re.M | re.S)
+    for line in (section.group(1) if section else "").splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         if len(cells) >= 4 and re.fullmatch(r"`[a-z_0-9]+`", cells[0]) and cells[1] in ("counter", "gauge", "histogram"):
             labels = set(re.findall(r"`([a-z_]+)`", cells[2]))

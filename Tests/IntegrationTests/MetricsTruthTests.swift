@@ -387,11 +387,14 @@ extension IntegrationTests {
             return (result.0, result.1 + (result.0 == 0 ? "" : "\n--- test file ---\n" + yaml))
         }
 
-        /// docs/operations.md's metrics table: name to type.
+        /// The worker's metrics table in docs/operations.md (section "### Metrics"): name to type.
         static func documentedMetrics() throws -> [String: String] {
             let text = try String(contentsOf: repository.appendingPathComponent("docs/operations.md"), encoding: .utf8)
             var table: [String: String] = [:]
-            for line in text.split(separator: "\n") where line.hasPrefix("| `") {
+            var inSection = false
+            for line in text.split(separator: "\n") {
+                if line.hasPrefix("#") { inSection = line.trimmingCharacters(in: .whitespaces) == "### Metrics" }
+                guard inSection, line.hasPrefix("| `") else { continue }
                 let cells = line.split(separator: "|", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
                 guard cells.count > 3, cells[1].hasPrefix("`"), ["counter", "gauge", "histogram"].contains(cells[2]) else { continue }
                 table[cells[1].trimmingCharacters(in: CharacterSet(charactersIn: "`"))] = cells[2]
