@@ -9,15 +9,18 @@ import Transport
 /// The hot path only bumps plain integers and a local histogram on its loop; this publisher turns
 /// their growth since the last second into swift-metrics counter increments, sets gauges, merges
 /// histograms into the shared ones, stamps the loop's heartbeat and readiness, and (on loop 0)
-/// samples the queue's depth, pending entries, lag and the other streams. Outcomes and latency are
-/// published per app (the job's app lane) through handles made at startup; per-app gauges are
+/// samples each queue's depth, pending entries, lag and the other streams. Every queue-level
+/// series carries a `queue` label, and outcomes and latency also the app of the job (its app
+/// lane): a worker with several queues and apps publishes one series per queue and app, through
+/// handles made once at start (nothing is built per notification). Per-app gauges are
 /// `LoopGauge`s, which add this loop's part to the other loops'. Loop-confined.
 public final class WorkerMetrics {
     private let metrics: HeraldMetrics
     private let health: HealthState
     private let loopIndex: Int
     private let worker: QueueWorker
-    private let queue: String
+    /// The worker's queues, in its order (the rules' queue indices).
+    private let queues: [String]
     private let samplesQueue: Bool
     private var timer: EventLoop.TimerID?
     private var tick = 0
@@ -25,19 +28,16 @@ public final class WorkerMetrics {
     private var nextSampleTick = 1
     static let sampleEveryTicks = 5
 
-    private var lastCounters = WorkerCounters()
+    /// Per queue, the counts at the last publication.
+    private var lastCounters: [WorkerCounters]
     /// What each app's pool had reported at the last publication.
     private var lastPools: [PoolReading]
     /// Each app's series, in lane order, made once at startup.
     private let appSeries: [AppSeries]
+    /// Each queue's series, in queue order, made once at startup.
+    private let queueSeries: [QueueSeries]
     /// Each app's `herald_last_success_timestamp_seconds`, made at its first success.
     private var lastSuccess: [LoopGauge?]
-    /// Dead letters of jobs that belong to none of the worker's apps (`app=""`).
-    private let unattributedDeadLettered: CoreMetrics.Counter
-    private let jobsRead: CoreMetrics.Counter
-    private let jobsReclaimed: CoreMetrics.Counter
-    private let redisErrors: CoreMetrics.Counter
-    private let unknownFields: CoreMetrics.Counter
 
     struct PoolReading {
         var accepted = 0
@@ -54,9 +54,6 @@ public final class WorkerMetrics {
     /// app that never succeeds would never show an `accepted` series to alert on.
     struct AppSeries {
         let app: String
-        /// `herald_notifications_total{app,queue,outcome}`, in `WorkerMetrics.outcomes` order.
-        let outcomes: [CoreMetrics.Counter]
-        let endToEndLabels: [(String, String)]
         let requestDurationLabels: [(String, String)]
         let accepted200: CoreMetrics.Counter
         let events: [CoreMetrics.Counter]
@@ -70,13 +67,9 @@ public final class WorkerMetrics {
         let slotsFree: LoopGauge
         let credentialsRejected: LoopGauge
 
-        init(app: String, queue: String, metrics: HeraldMetrics, loops: Int) {
+        init(app: String, metrics: HeraldMetrics, loops: Int) {
             self.app = app
             let appLabel = [("app", app)]
-            outcomes = WorkerMetrics.outcomes.map {
-                metrics.counter("herald_notifications_total", [("app", app), ("queue", queue), ("outcome", $0)])
-            }
-            endToEndLabels = [("app", app), ("queue", queue)]
             requestDurationLabels = appLabel
             accepted200 = metrics.counter("herald_apns_responses_total", appLabel + [("status", "200"), ("reason", "")])
             // The 403 answers the credential alerts watch, at 0 from the start: the first
@@ -96,6 +89,37 @@ public final class WorkerMetrics {
         }
     }
 
+    /// One queue's series, made at startup like the apps': its outcome counters and end-to-end
+    /// latency per app, and its queue-level counters.
+    struct QueueSeries {
+        let queue: String
+        /// `herald_notifications_total{app,queue,outcome}`: `[lane][outcome]`, outcomes in
+        /// `WorkerMetrics.outcomes` order.
+        let outcomes: [[CoreMetrics.Counter]]
+        /// `herald_end_to_end_latency_seconds`' labels per lane.
+        let endToEndLabels: [[(String, String)]]
+        /// Dead letters of jobs that belong to none of the worker's apps (`app=""`).
+        let unattributedDeadLettered: CoreMetrics.Counter
+        let jobsRead: CoreMetrics.Counter
+        let jobsReclaimed: CoreMetrics.Counter
+        let redisErrors: CoreMetrics.Counter
+        let unknownFields: CoreMetrics.Counter
+
+        init(queue: String, apps: [String], metrics: HeraldMetrics) {
+            self.queue = queue
+            outcomes = apps.map { app in
+                WorkerMetrics.outcomes.map { metrics.counter("herald_notifications_total", [("app", app), ("queue", queue), ("outcome", $0)]) }
+            }
+            endToEndLabels = apps.map { [("app", $0), ("queue", queue)] }
+            unattributedDeadLettered = metrics.counter("herald_notifications_total", [("app", ""), ("queue", queue), ("outcome", "dead_lettered")])
+            let q = [("queue", queue)]
+            jobsRead = metrics.counter("herald_jobs_read_total", q)
+            jobsReclaimed = metrics.counter("herald_jobs_reclaimed_total", q)
+            redisErrors = metrics.counter("herald_redis_errors_total", q)
+            unknownFields = metrics.counter("herald_jobs_unknown_fields_total", q)
+        }
+    }
+
     /// Dynamic series (APNs' other answers, dead-letter reasons, the last-success time): made on
     /// first use, once a second at most, and cached.
     private var counterCache: [String: CoreMetrics.Counter] = [:]
@@ -108,28 +132,28 @@ public final class WorkerMetrics {
         self.health = health
         self.loopIndex = loopIndex
         self.worker = worker
-        let queue = worker.configuration.keys.queue
-        self.queue = queue
+        let queues = worker.configuration.queues.map(\.queue)
+        self.queues = queues
         self.samplesQueue = loopIndex == 0
         lastPools = worker.lanes.map { _ in PoolReading() }
-        appSeries = worker.lanes.map { AppSeries(app: $0.name, queue: queue, metrics: metrics, loops: health.loops) }
+        let apps = worker.lanes.map(\.name)
+        appSeries = apps.map { AppSeries(app: $0, metrics: metrics, loops: health.loops) }
+        queueSeries = queues.map { QueueSeries(queue: $0, apps: apps, metrics: metrics) }
         lastSuccess = worker.lanes.map { _ in nil }
-        lastCounters = WorkerCounters(apps: worker.lanes.count)
+        lastCounters = queues.map { _ in WorkerCounters(apps: apps.count) }
         for series in appSeries {
             metrics.histograms.declare(name: "herald_apns_request_duration_seconds", labels: series.requestDurationLabels,
                                        help: "Time from opening an HTTP/2 stream to APNs' answer.")
-            metrics.histograms.declare(name: "herald_end_to_end_latency_seconds", labels: series.endToEndLabels,
-                                       help: "Time from enqueue (stream entry id) to APNs accepting the notification.")
         }
-        unattributedDeadLettered = metrics.counter("herald_notifications_total", [("app", ""), ("queue", queue), ("outcome", "dead_lettered")])
-        let q = [("queue", queue)]
-        jobsRead = metrics.counter("herald_jobs_read_total", q)
-        jobsReclaimed = metrics.counter("herald_jobs_reclaimed_total", q)
-        redisErrors = metrics.counter("herald_redis_errors_total", q)
-        unknownFields = metrics.counter("herald_jobs_unknown_fields_total", q)
+        for series in queueSeries {
+            for labels in series.endToEndLabels {
+                metrics.histograms.declare(name: "herald_end_to_end_latency_seconds", labels: labels,
+                                           help: "Time from enqueue (stream entry id) to APNs accepting the notification.")
+            }
+        }
     }
 
-    /// `herald_notifications_total`'s outcomes, in the order of `AppSeries.outcomes`.
+    /// `herald_notifications_total`'s outcomes, in the order of `QueueSeries.outcomes`.
     static let outcomes = ["accepted", "dead_token", "dead_lettered", "retried", "superseded", "handed_back"]
     static let connectionEvents = ["opened", "failed", "goaway", "reset", "ping_timeout", "response_timeout", "credentials_suspected"]
     /// The reasons APNs documents for status 403.
@@ -180,31 +204,11 @@ public final class WorkerMetrics {
         health.beat(loop: loopIndex, now: now)
         health.setReady(loop: loopIndex, worker.isReady)
 
-        let counters = worker.counters
-        let previous = lastCounters
-        for (laneIndex, series) in appSeries.enumerated() where laneIndex < counters.apps.count {
-            let current = counters.apps[laneIndex]
-            let before = laneIndex < previous.apps.count ? previous.apps[laneIndex] : AppOutcomes()
-            // In `WorkerMetrics.outcomes` order.
-            WorkerMetrics.add(series.outcomes[0], current.accepted - before.accepted)
-            WorkerMetrics.add(series.outcomes[1], current.deadTokens - before.deadTokens)
-            WorkerMetrics.add(series.outcomes[2], current.deadLettered - before.deadLettered)
-            WorkerMetrics.add(series.outcomes[3], current.retried - before.retried)
-            WorkerMetrics.add(series.outcomes[4], current.superseded - before.superseded)
-            WorkerMetrics.add(series.outcomes[5], current.handedBack - before.handedBack)
-            metrics.histograms.add(current.endToEndLatency.subtracting(before.endToEndLatency),
-                                   name: "herald_end_to_end_latency_seconds", labels: series.endToEndLabels)
+        let all = worker.queueCounters
+        for (index, series) in queueSeries.enumerated() where index < all.count {
+            publishCounters(all[index], previous: lastCounters[index], series: series)
         }
-        WorkerMetrics.add(unattributedDeadLettered, counters.unattributedDeadLettered - previous.unattributedDeadLettered)
-        WorkerMetrics.add(jobsRead, counters.jobsRead - previous.jobsRead)
-        WorkerMetrics.add(jobsReclaimed, counters.jobsReclaimed - previous.jobsReclaimed)
-        WorkerMetrics.add(redisErrors, counters.redisErrors - previous.redisErrors)
-        WorkerMetrics.add(unknownFields, counters.unknownFields - previous.unknownFields)
-        let q = [("queue", queue)]
-        for (reason, count) in counters.deadLetteredByReason {
-            add("herald_jobs_dead_lettered_total", q + [("reason", reason)], count - (previous.deadLetteredByReason[reason] ?? 0))
-        }
-        lastCounters = counters
+        lastCounters = all
 
         for (laneIndex, lane) in worker.lanes.enumerated() {
             publishPool(lane, series: appSeries[laneIndex], queued: worker.rules.queued(lane: laneIndex), last: &lastPools[laneIndex])
@@ -224,7 +228,33 @@ public final class WorkerMetrics {
             // again; then every fifth. Waiting five ticks after a refused first try left the queue
             // gauges absent for the worker's first five seconds.
             nextSampleTick = tick + 1
-            sampleQueue()
+            sampleQueues()
+        }
+    }
+
+    /// One queue's counter growth since the last publication.
+    private func publishCounters(_ counters: WorkerCounters, previous: WorkerCounters, series: QueueSeries) {
+        for (laneIndex, outcomes) in series.outcomes.enumerated() where laneIndex < counters.apps.count {
+            let current = counters.apps[laneIndex]
+            let before = laneIndex < previous.apps.count ? previous.apps[laneIndex] : AppOutcomes()
+            // In `WorkerMetrics.outcomes` order.
+            WorkerMetrics.add(outcomes[0], current.accepted - before.accepted)
+            WorkerMetrics.add(outcomes[1], current.deadTokens - before.deadTokens)
+            WorkerMetrics.add(outcomes[2], current.deadLettered - before.deadLettered)
+            WorkerMetrics.add(outcomes[3], current.retried - before.retried)
+            WorkerMetrics.add(outcomes[4], current.superseded - before.superseded)
+            WorkerMetrics.add(outcomes[5], current.handedBack - before.handedBack)
+            metrics.histograms.add(current.endToEndLatency.subtracting(before.endToEndLatency),
+                                   name: "herald_end_to_end_latency_seconds", labels: series.endToEndLabels[laneIndex])
+        }
+        WorkerMetrics.add(series.unattributedDeadLettered, counters.unattributedDeadLettered - previous.unattributedDeadLettered)
+        WorkerMetrics.add(series.jobsRead, counters.jobsRead - previous.jobsRead)
+        WorkerMetrics.add(series.jobsReclaimed, counters.jobsReclaimed - previous.jobsReclaimed)
+        WorkerMetrics.add(series.redisErrors, counters.redisErrors - previous.redisErrors)
+        WorkerMetrics.add(series.unknownFields, counters.unknownFields - previous.unknownFields)
+        let q = [("queue", series.queue)]
+        for (reason, count) in counters.deadLetteredByReason where count != previous.deadLetteredByReason[reason] {
+            add("herald_jobs_dead_lettered_total", q + [("reason", reason)], count - (previous.deadLetteredByReason[reason] ?? 0))
         }
     }
 
@@ -271,11 +301,17 @@ public final class WorkerMetrics {
         series.credentialsRejected.record(pool.stoppedReason == nil ? 0 : 1, loop: loopIndex)
     }
 
-    private func sampleQueue() {
-        worker.sampleQueue { [weak self] sample in
+    /// Samples every queue, each on its own connection; the first queue's answer sets when the
+    /// next sampling is due.
+    private func sampleQueues() {
+        for (index, queue) in queues.enumerated() { sampleQueue(index, queue) }
+    }
+
+    private func sampleQueue(_ index: Int, _ queue: String) {
+        worker.sampleQueue(index) { [weak self] sample in
             guard let self, let sample else { return }
-            self.nextSampleTick = self.tick + WorkerMetrics.sampleEveryTicks
-            let q = [("queue", self.queue)]
+            if index == 0 { self.nextSampleTick = self.tick + WorkerMetrics.sampleEveryTicks }
+            let q = [("queue", queue)]
             self.gauge("herald_queue_depth", q).record(sample.depth)
             self.gauge("herald_queue_pending", q).record(sample.pending)
             self.gauge("herald_consumer_lag", q).record(sample.lag)
