@@ -247,6 +247,8 @@ def check_dashboard(report):
                          and match.group(2) in METRICS.get(base_metric(match.group(1)) or "", ("", set()))[1],
                          f"dashboard variable ${variable.get('name')} reads label {variable.get('name')} of a metric that has it",
                          f"query {query!r}")
+    check_dashboard_syntax(report, [(panel.get("title"), target.get("refId"), target.get("expr", ""))
+                                    for panel in panels if panel.get("type") != "row" for target in panel.get("targets") or []])
     wanted = {"herald_notifications_total", "herald_apns_responses_total", "herald_apns_request_duration_seconds",
               "herald_end_to_end_latency_seconds", "herald_streams_in_flight", "herald_stream_slots_free",
               "herald_connections", "herald_connection_events_total", "herald_jwt_mints_total",
@@ -255,6 +257,29 @@ def check_dashboard(report):
               "herald_credentials_rejected"}
     report.check(wanted <= used, "dashboard shows every metric it should", f"missing {sorted(wanted - used)}")
     return used
+
+
+def check_dashboard_syntax(report, queries):
+    """Every dashboard query parses as PromQL: promtool checks them as recording rules, with
+    Grafana's variables replaced by values a query could get ($app and $queue: .*)."""
+    promtool = shutil.which("promtool")
+    if not promtool:
+        report.skip("dashboard PromQL syntax", "promtool not installed")
+        return
+    rules = []
+    for index, (title, ref, expr) in enumerate(queries):
+        text = expr.replace("$__rate_interval", "1m").replace("$__interval", "1m")
+        text = re.sub(r"\$\{?(app|queue)\}?", ".*", text)
+        rules.append({"record": f"dashboard:query_{index}", "expr": text})
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
+        yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}, handle)
+        path = handle.name
+    try:
+        result = subprocess.run([promtool, "check", "rules", path], capture_output=True, text=True)
+    finally:
+        os.unlink(path)
+    report.check(result.returncode == 0, f"dashboard: all {len(queries)} queries are valid PromQL (promtool)",
+                 (result.stdout + result.stderr).strip())
 
 
 def dashboard_unfiltered(expr):
