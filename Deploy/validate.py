@@ -24,7 +24,8 @@ What it checks:
     stays quiet in the other) when promtool is installed;
   - docs/operations.md's metrics table lists exactly the metrics below, with their types;
   - every dashboard query on a metric with an `app` or `queue` label follows the $app / $queue
-    variables, and the variables read a metric that carries the real label;
+    variables, the variables read a metric that carries the real label, and (with promtool)
+    every dashboard query parses as PromQL;
   - with --metrics-url/--metrics-file: every metric below is exposed with its type, and the
     names the dashboard and alerts use are all there.
 Exits 1 when anything failed; the last line is "N passed, M failed".
