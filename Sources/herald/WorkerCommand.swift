@@ -220,7 +220,7 @@ extension Herald {
             } else {
                 tokenCredentials = isDefault
                     ? try credentials.resolved(file: fileApp, appName: name)
-                    : try CredentialsOptions.parse([]).resolved(file: fileApp, appName: name)
+                    : try CredentialsOptions.resolved(fileApp: fileApp, appName: name)
             }
             pool.responseTimeoutMilliseconds = try target.responseTimeoutMilliseconds()
             pool.pingIntervalMilliseconds = try target.pingIntervalMilliseconds()
