@@ -22,7 +22,11 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     public let lanes: [AppLane]
     /// The first app's pool (the only one in a single-app worker).
     public var pool: ConnectionPool { lanes[0].pool }
-    private let endpoint: RedisEndpoint
+    /// The Redis the connection pair goes to: the configured one, or the master Sentinel named last.
+    private var endpoint: RedisEndpoint
+    /// Set with `--sentinel`: every (re)connect asks it where the master is now.
+    private let sentinel: RedisSentinelResolver?
+    private var resolving = false
     private let time: TimeSource
     private var logger: Logger
     /// The delivery rules: every job's state and outcome.
@@ -70,20 +74,23 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
 
     /// A single-app worker: jobs without an `app` field (or `app` = `default`) use `pool`.
     public convenience init(loop: EventLoop, configuration: WorkerConfiguration, pool: ConnectionPool, redis: RedisEndpoint,
-                            time: TimeSource = .system, logger: Logger) {
+                            sentinel: SentinelConfiguration? = nil, time: TimeSource = .system, logger: Logger) {
         self.init(loop: loop, configuration: configuration,
                   apps: [WorkerApp(name: WorkerApp.defaultName, pool: pool, defaults: configuration.defaults)],
-                  redis: redis, time: time, logger: logger)
+                  redis: redis, sentinel: sentinel, time: time, logger: logger)
     }
 
     /// A worker for several apps; a job names its app with the `app` field (default `default`).
+    /// With `sentinel`, `redis` gives only the credentials and database: the master's address
+    /// comes from the sentinels, again after every connection loss and failover.
     public init(loop: EventLoop, configuration: WorkerConfiguration, apps: [WorkerApp], redis: RedisEndpoint,
-                time: TimeSource = .system, logger: Logger) {
+                sentinel: SentinelConfiguration? = nil, time: TimeSource = .system, logger: Logger) {
         precondition(!apps.isEmpty, "a worker needs at least one app")
         self.loop = loop
         self.configuration = configuration
         lanes = apps.map { AppLane(app: $0, queue: configuration.keys.queue) }
         self.endpoint = redis
+        self.sentinel = sentinel.map { RedisSentinelResolver(loop: loop, configuration: $0, base: redis) }
         self.time = time
         self.logger = logger
         self.logger[metadataKey: "queue"] = "\(configuration.keys.queue)"
@@ -100,6 +107,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     public func start() {
         phase = .running
         for lane in lanes { lane.pool.start() }
+        sentinel?.watch(logger: { [weak self] message in self?.logger.warning("\(message)") }) { [weak self] master in
+            self?.masterSwitched(to: master)
+        }
         connectRedis()
         scheduleRetryPromotion()
         scheduleClaim()
@@ -138,6 +148,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         phase = .stopped
         if let drainTimer { loop.cancel(drainTimer) }
         if let reconnectTimer { loop.cancel(reconnectTimer) }
+        sentinel?.stopWatching()
         for lane in lanes { lane.pool.stop() }
         reader?.delegate = nil
         writer?.delegate = nil
@@ -191,6 +202,74 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     private func connectRedis() {
         reconnectTimer = nil
         guard phase == .running || phase == .draining else { return }
+        guard let sentinel else {
+            connectPair()
+            return
+        }
+        // Where is the master now? Asked before every connect, so a failover is followed even
+        // when the +switch-master message was missed.
+        guard !resolving else { return }
+        resolving = true
+        sentinel.resolve { [weak self] result in
+            guard let self else { return }
+            self.resolving = false
+            guard self.reader == nil, self.writer == nil, self.phase == .running || self.phase == .draining else { return }
+            switch result {
+            case .success(let master):
+                if master != self.endpoint {
+                    self.logger.notice("Sentinel names the Redis master", metadata: ["redis": "\(master)", "sentinel": "\(sentinel.configuration.summary)"])
+                }
+                self.endpoint = master
+                self.connectPair()
+            case .failure(let error):
+                self.redisErrors += 1
+                self.scheduleReconnect(after: error)
+            }
+        }
+    }
+
+    /// A failover the watched sentinel announced: the pair moves to the new master at once (no
+    /// backoff), after the resolver has checked it.
+    private func masterSwitched(to master: RedisEndpoint) {
+        guard phase == .running || phase == .draining else { return }
+        if master == endpoint, writer?.isReady == true { return }  // already there
+        logger.warning("Sentinel announced a failover; moving to the new master",
+                       metadata: ["from": "\(endpoint)", "to": "\(master)"])
+        dropRedisPair()
+        if let reconnectTimer { loop.cancel(reconnectTimer) }
+        reconnectTimer = nil
+        redisFailures = 0
+        resolving = false  // a resolution under way may have the old answer: start a new one
+        connectRedis()
+    }
+
+    /// Closes both connections without hearing of it (their pending commands fail as lost:
+    /// unconfirmed outcome batches are written again after the next connect).
+    private func dropRedisPair() {
+        let pair = [reader, writer]
+        reader = nil
+        writer = nil
+        for connection in pair {
+            connection?.delegate = nil
+            connection?.close()
+        }
+        readInFlight = false
+        claimInFlight = false
+        groupReady = false
+    }
+
+    /// Redis answered as a server that cannot take writes (a replica after a failover, or one
+    /// loading its data): reconnect (resolving again through Sentinel) with backoff, instead of
+    /// retrying the same command against it in a loop.
+    private func notWritableMaster(_ message: String) {
+        guard reader != nil || writer != nil else { return }  // already reconnecting
+        redisErrors += 1
+        dropRedisPair()
+        guard phase == .running || phase == .draining else { return }
+        scheduleReconnect(after: .server(message))
+    }
+
+    private func connectPair() {
         let reader = RedisConnection(loop: loop, endpoint: endpoint)
         let writer = RedisConnection(loop: loop, endpoint: endpoint)
         reader.delegate = self
@@ -206,8 +285,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
 
     public func redisConnectionIsReady(_ connection: RedisConnection) {
         guard let reader, let writer, reader.isReady, writer.isReady else { return }
-        if redisFailures > 0 { logger.info("Redis connection restored", metadata: ["redis": "\(endpoint)"]) }
-        redisFailures = 0
+        // The failure count is reset once the group is in place (`ensureGroup`): a replica accepts
+        // the connection and refuses XGROUP, which must keep backing off.
         ensureGroup(replayingUnconfirmed: true)
     }
 
@@ -223,6 +302,11 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         readInFlight = false
         claimInFlight = false
         guard phase == .running || phase == .draining else { return }
+        scheduleReconnect(after: error)
+    }
+
+    /// Backs off before the next connect: 1 s, 2 s, 4 s … up to a minute.
+    private func scheduleReconnect(after error: RedisError) {
         redisFailures += 1
         let delay = Backoff.reconnect.delayMilliseconds(afterFailures: redisFailures, using: &random)
         // One clear line when Redis goes away; the retries after it say the same, so they go to debug
@@ -245,6 +329,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         writer?.send(["XGROUP", "CREATE", keys.jobs, keys.group, "0", "MKSTREAM"]) { [weak self] result in
             guard let self else { return }
             switch result {
+            case .success(.error(let message)) where RedisSentinelResolver.meansNotWritableMaster(message):
+                self.notWritableMaster(message)
+                return
             case .success(.error(let message)) where !message.hasPrefix("BUSYGROUP"):
                 self.logger.error("cannot create the consumer group", metadata: ["error": "\(message)"])
                 self.redisErrors += 1
@@ -252,6 +339,10 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 return
             default:
                 break
+            }
+            if replayingUnconfirmed {
+                if self.redisFailures > 0 { self.logger.info("Redis connection restored", metadata: ["redis": "\(self.endpoint)"]) }
+                self.redisFailures = 0
             }
             self.groupReady = true
             if replayingUnconfirmed {
@@ -264,6 +355,12 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     }
 
     private func handleRedisError(_ message: String) {
+        if RedisSentinelResolver.meansNotWritableMaster(message) || message.hasPrefix("EXECABORT") {
+            // EXECABORT: a command of the outcome batch was refused while queued (READONLY after a
+            // failover, OOM); the batch is written again after reconnecting.
+            notWritableMaster(message)
+            return
+        }
         redisErrors += 1
         if message.hasPrefix("NOGROUP") {
             // Redis lost the stream or group (restart without data): recreate it and go on.

@@ -1,0 +1,289 @@
+import APNs
+import Foundation
+import Glibc
+import MockAPNs
+import Queue
+import Testing
+import Transport
+import Worker
+
+extension IntegrationTests {
+    /// Redis Sentinel, all real: a master, a replica and three sentinels (`SentinelGroup`), the
+    /// emulator over TLS and HTTP/2, and the `herald` binary as worker and tools. Every job is
+    /// counted, and each job's apns-id is checked to have been accepted at least once.
+    @Suite(.serialized)
+    struct Sentinel {
+        /// A valid alert (or, every 100th, a malformed one: priority 7) with its own apns-id.
+        static func job(_ index: Int, seed: UInt64) -> [(String, String)] {
+            var fields = [("token", WorkerHarness.deviceToken(index)), ("payload", WorkerHarness.payload(index)),
+                          ("id", UUIDString.make(high: seed, low: UInt64(index)))]
+            if index % 100 == 99 { fields.append(("priority", "7")) }
+            return fields
+        }
+
+        @Test
+        func workerFollowsTheMasterWhenItIsKilledMidDrain() async throws {
+            signal(SIGPIPE, SIG_IGN)
+            let group = try await SentinelGroup()
+            // 100 ms answers and at most 100 in flight: about 1,000 a second, so the kill lands mid-drain.
+            let emulator = try await EmulatorHost { $0.latencyMilliseconds = 100 }
+            let keys = QueueKeys()
+            let oldMaster = group.servers[0].port
+            let producer = try RedisClient(endpoint: RedisEndpoint(host: "127.0.0.1", port: oldMaster))
+            var newClient: RedisClient? = nil
+            var worker: WorkerProcess? = nil
+            defer {
+                if let worker, worker.isRunning { worker.signal(SIGKILL); worker.process.waitUntilExit() }
+                producer.shutdown()
+                newClient?.shutdown()
+                emulator.shutdown()
+                group.stop()
+            }
+            let count = 4_000
+            let seed = UInt64.random(in: 1..<(1 << 60))
+            _ = try await producer.xadd(keys.jobs, count: count) { Sentinel.job($0, seed: seed) }
+            // As a careful producer does: the jobs are acknowledged once the replica has them too.
+            let replicated = try await producer.integer("WAIT", "1", "10000")
+            try #require(replicated == 1, "the replica confirmed the jobs")
+
+            let process = try WorkerProcess(arguments: [
+                "--sentinel", group.sentinelList, "--sentinel-master", SentinelGroup.masterName,
+                "--connections", "2", "--max-streams", "50", "--metrics-port", "0", "--log-level", "info",
+            ] + emulator.workerArguments, logPath: emulator.directory.path("worker.log"))
+            worker = process
+            try await waitFor("the worker has delivered some jobs through the first master", timeout: .seconds(60)) {
+                guard process.isRunning else { throw WaitTimeout(description: "herald worker exited early:\n\(process.logTail())") }
+                return try await emulator.statistics().acceptedUnique >= 500
+            }
+            group.server(port: oldMaster)?.kill()
+            let atKill = try await emulator.statistics().acceptedUnique
+            try #require(atKill < count - count / 100, "the kill came too late to test anything (\(atKill) accepted)")
+
+            let newMaster = try await group.waitForFailover(from: oldMaster)
+            let client = try RedisClient(endpoint: RedisEndpoint(host: "127.0.0.1", port: newMaster))
+            newClient = client
+            let ledger: QueueLedger
+            do {
+                ledger = try await waitForSettledLedger(enqueued: count, redis: client, emulator: emulator, timeout: .seconds(120))
+            } catch {
+                Issue.record("\(error)\nworker log:\n\(process.logTail(6000))\n\(group.logTails())")
+                throw error
+            }
+            #expect(process.isRunning, "the worker survived the failover: \(process.logTail())")
+            #expect(ledger.deadByReason == ["bad_priority": count / 100], "\(ledger)")
+            #expect(ledger.acceptedUnique == count - count / 100, "\(ledger)")
+            // Each valid job, by its own apns-id: delivered at least once. Twice is allowed (at
+            // least once: acknowledgements the old master took but never replicated come back as
+            // pending entries) and counted.
+            let valid = (0..<count).filter { $0 % 100 != 99 }
+            let counts = try await emulator.acceptedCounts(valid.map { UUIDString.make(high: seed, low: UInt64($0)) })
+            let missing = zip(valid, counts).filter { $0.1 == 0 }.map(\.0)
+            #expect(missing.isEmpty, "jobs never delivered: \(missing.prefix(20)) (\(missing.count))")
+            let twice = counts.reduce(0) { $0 + max(0, $1 - 1) }
+            #expect(twice == ledger.duplicates, "duplicates by apns-id \(twice), emulator's count \(ledger.duplicates)")
+            let log = process.logTail(20_000)
+            #expect(log.contains("127.0.0.1:\(newMaster)"), "the worker names the new master in its log:\n\(log)")
+            print("sentinel-failover | enqueued \(count) | accepted \(ledger.acceptedUnique) | dead-lettered \(ledger.deadLettered) "
+                  + "| accepted before the kill \(atKill) | delivered twice \(twice) | old master \(oldMaster) → new \(newMaster)")
+        }
+
+        @Test
+        func toolsFindTheMasterThroughSentinelsPastOneThatIsDown() async throws {
+            let group = try await SentinelGroup()
+            defer { group.stop() }
+            let directory = try TemporaryDirectory(prefix: "herald-sentinel-tools")
+            let down = try RedisServer.freePort()  // nothing listens here
+            let list = "127.0.0.1:\(down),\(group.sentinelList)"
+            let sentinel = ["--sentinel", list, "--sentinel-master", SentinelGroup.masterName]
+            let token = WorkerHarness.deviceToken(7)
+
+            let enqueued = try runHerald(["enqueue"] + sentinel + ["--token", token, "--payload", WorkerHarness.payload(7),
+                                                                  "--wait-replicas", "1", "--wait-timeout", "5000"], in: directory)
+            #expect(enqueued.status == 0, "\(enqueued)")
+            let master = group.servers[0].port, replica = group.servers[1].port
+            #expect(group.ask(port: master, ["XLEN", "herald:{default}:jobs"])?.integer == 1, "the job is on the master")
+            #expect(group.ask(port: replica, ["XLEN", "herald:{default}:jobs"])?.integer == 1, "--wait-replicas 1: and on the replica")
+
+            // The same through the environment, for stats, dead-letters and feedback.
+            let environment = ["HERALD_SENTINEL": list, "HERALD_SENTINEL_MASTER": SentinelGroup.masterName]
+            let stats = try runHerald(["stats", "--json"], environment: environment, in: directory)
+            #expect(stats.status == 0, "\(stats)")
+            #expect(stats.stdout.contains("\"depth\":1") || stats.stdout.contains("\"depth\": 1"), "\(stats)")
+            #expect(stats.stdout.contains("127.0.0.1:\(master)"), "stats names the master it found: \(stats)")
+            let dead = try runHerald(["dead-letters", "list"], environment: environment, in: directory)
+            #expect(dead.status == 0, "\(dead)")
+            let feedback = try runHerald(["feedback", "tail"], environment: environment, in: directory)
+            #expect(feedback.status == 0, "\(feedback)")
+
+            // Wrong settings fail with a message that says what to fix.
+            let unknown = try runHerald(["stats", "--sentinel", group.sentinelList, "--sentinel-master", "no-such-master"], in: directory)
+            #expect(unknown.status != 0)
+            #expect(unknown.stderr.contains("monitors no master named 'no-such-master'"), "\(unknown)")
+            #expect(unknown.stderr.contains("--sentinel-master"), "\(unknown)")
+            let allDown = try runHerald(["enqueue", "--sentinel", "127.0.0.1:\(down)", "--sentinel-master", SentinelGroup.masterName,
+                                         "--token", token, "--payload", "{}"], in: directory)
+            #expect(allDown.status != 0)
+            #expect(allDown.stderr.contains("sentinel 127.0.0.1:\(down)"), "\(allDown)")
+            let both = try runHerald(["stats", "--redis", "redis://127.0.0.1:\(master)"] + sentinel, in: directory)
+            #expect(both.status != 0)
+            #expect(both.stderr.contains("may not name a host"), "\(both)")
+            let noName = try runHerald(["stats", "--sentinel", group.sentinelList], in: directory)
+            #expect(noName.status != 0)
+            #expect(noName.stderr.contains("--sentinel-master"), "\(noName)")
+            let notSentinel = try runHerald(["stats", "--sentinel", "127.0.0.1:\(master)", "--sentinel-master", SentinelGroup.masterName],
+                                            in: directory)
+            #expect(notSentinel.status != 0)
+            #expect(notSentinel.stderr.contains("is not a sentinel"), "\(notSentinel)")
+            // User and database may stay in --redis.
+            let database = try runHerald(["stats", "--json", "--redis", "redis:///3"] + sentinel, in: directory)
+            #expect(database.status == 0, "\(database)")
+            #expect(database.stdout.contains("127.0.0.1:\(master)/3"), "\(database)")
+        }
+
+        @Test
+        func aStaleSentinelNamingAReplicaIsPassedOverAndTheWorkerDelivers() async throws {
+            signal(SIGPIPE, SIG_IGN)
+            let group = try await SentinelGroup()
+            let replica = group.servers[1].port
+            // A real sentinel that monitors the replica under the master's name: as stale as a
+            // sentinel partitioned away during a failover, it names a server that is not the master.
+            let stale = try RedisProcess.start(name: "stale-sentinel", directory: group.directory) { port, dir in
+                let path = "\(dir)/sentinel.conf"
+                try """
+                    port \(port)
+                    bind 127.0.0.1
+                    protected-mode no
+                    dir \(dir)
+                    logfile \(dir)/redis.log
+                    sentinel monitor \(SentinelGroup.masterName) 127.0.0.1 \(replica) 1
+                    """.write(toFile: path, atomically: true, encoding: .utf8)
+                return [path, "--sentinel"]
+            }
+            let emulator = try await EmulatorHost()
+            let down = try RedisServer.freePort()
+            let client = try RedisClient(endpoint: RedisEndpoint(host: "127.0.0.1", port: group.servers[0].port))
+            var worker: WorkerProcess? = nil
+            defer {
+                if let worker, worker.isRunning { worker.signal(SIGKILL); worker.process.waitUntilExit() }
+                client.shutdown()
+                emulator.shutdown()
+                stale.kill()
+                group.stop()
+            }
+            guard case .array(let named)? = group.ask(port: stale.port, sentinel: true,
+                                                      ["SENTINEL", "get-master-addr-by-name", .text(SentinelGroup.masterName)]) else {
+                Issue.record("the stale sentinel names no master")
+                return
+            }
+            try #require(named.last?.string == String(replica), "the stale sentinel names the replica: \(named)")
+
+            // The resolver itself, on a loop of its own: past the dead one and the stale one.
+            let loop = try EventLoop()
+            var configuration = group.configuration
+            configuration.sentinels.insert(.init(host: "127.0.0.1", port: stale.port), at: 0)
+            configuration.sentinels.insert(.init(host: "127.0.0.1", port: down), at: 0)
+            let resolver = RedisSentinelResolver(loop: loop, configuration: configuration, base: RedisEndpoint(host: "unused.invalid"))
+            let found = try #require(resolver.resolveTurningLoop())
+            #expect(try found.get().port == group.servers[0].port)
+
+            let count = 500
+            let seed = UInt64.random(in: 1..<(1 << 60))
+            _ = try await client.xadd(QueueKeys().jobs, count: count) { Sentinel.job($0, seed: seed) }
+            let list = "127.0.0.1:\(down),127.0.0.1:\(stale.port),\(group.sentinelList)"
+            let process = try WorkerProcess(arguments: [
+                "--sentinel", list, "--sentinel-master", SentinelGroup.masterName, "--metrics-port", "0", "--log-level", "debug",
+            ] + emulator.workerArguments, logPath: emulator.directory.path("worker.log"))
+            worker = process
+            let ledger: QueueLedger
+            do {
+                ledger = try await waitForSettledLedger(enqueued: count, redis: client, emulator: emulator, timeout: .seconds(60))
+            } catch {
+                Issue.record("\(error)\nworker log:\n\(process.logTail(6000))")
+                throw error
+            }
+            #expect(ledger.acceptedUnique == count - count / 100 && ledger.duplicates == 0, "\(ledger)")
+            #expect(ledger.deadByReason == ["bad_priority": count / 100], "\(ledger)")
+            #expect(group.ask(port: replica, ["XLEN", "herald:{default}:dead"])?.integer == Int64(count / 100),
+                    "the replica got the dead letters from the master, which the worker wrote to")
+        }
+
+        @Test
+        func aWorkerPointedAtAReplicaBacksOffInsteadOfLooping() async throws {
+            // No Sentinel: --redis names a replica. Every XGROUP it sends is refused READONLY; each
+            // refusal must cost a reconnect with backoff, never a retry loop on the same connection.
+            signal(SIGPIPE, SIG_IGN)
+            let group = try await SentinelGroup(sentinels: 0)
+            let replica = group.servers[1].port
+            let emulator = try await EmulatorHost()
+            defer { emulator.shutdown(); group.stop() }
+            let process = try WorkerProcess(arguments: ["--redis", "redis://127.0.0.1:\(replica)", "--metrics-port", "0"]
+                                            + emulator.workerArguments, logPath: emulator.directory.path("worker.log"))
+            defer { if process.isRunning { process.signal(SIGKILL); process.process.waitUntilExit() } }
+            // Redis 7 counts a command refused before it ran (READONLY) as `rejected_calls`.
+            let tried = { (command: String) -> Int in
+                Sentinel.commandStat(group: group, port: replica, command, field: "calls")
+                    + Sentinel.commandStat(group: group, port: replica, command, field: "rejected_calls")
+            }
+            try await waitFor("the worker tried to create the group on the replica three times", timeout: .seconds(30), interval: .milliseconds(100)) {
+                guard process.isRunning else { throw WaitTimeout(description: "herald worker exited:\n\(process.logTail())") }
+                return tried("xgroup|create") >= 3
+            }
+            // Each refused XGROUP costs a reconnect (with backoff); before the fix the worker went
+            // on to XREADGROUP, was refused, and asked again at once, thousands of times a second.
+            #expect(tried("xreadgroup") == 0, "the worker never reads from a replica")
+            #expect(tried("xgroup|create") <= 4, "one XGROUP per connection, backing off: \(tried("xgroup|create"))")
+            #expect(process.isRunning)
+            #expect(process.logTail().contains("READONLY"), "the log says why: \(process.logTail())")
+        }
+
+        /// One field of `INFO commandstats`' line for `command` (0 when absent).
+        static func commandStat(group: SentinelGroup, port: Int, _ command: String, field: String) -> Int {
+            guard case .bulk(let bytes)? = group.ask(port: port, ["INFO", "commandstats"]) else { return 0 }
+            guard let line = String(decoding: bytes, as: UTF8.self).split(whereSeparator: \.isNewline)
+                .first(where: { $0.hasPrefix("cmdstat_\(command):") }) else { return 0 }
+            for part in line.split(separator: ",") {
+                let pair = part.split(separator: "=")
+                // `cmdstat_xgroup:calls=3`, then `rejected_calls=2`, …
+                let name = pair.first.map { $0.split(separator: ":").last ?? $0 }
+                if pair.count == 2, name == Substring(field) { return Int(pair[1]) ?? 0 }
+            }
+            return 0
+        }
+    }
+}
+
+/// What one `herald` run printed and how it ended.
+struct HeraldRun: CustomStringConvertible {
+    let status: Int32
+    let stdout: String
+    let stderr: String
+    var description: String { "exit \(status)\nstdout: \(stdout)\nstderr: \(stderr)" }
+}
+
+/// Runs the `herald` binary to the end (at most 60 s) with only `environment` of HERALD_* set.
+func runHerald(_ arguments: [String], environment: [String: String] = [:], in directory: TemporaryDirectory) throws -> HeraldRun {
+    let name = UUID().uuidString
+    let out = directory.path("\(name).out"), err = directory.path("\(name).err")
+    _ = FileManager.default.createFile(atPath: out, contents: nil)
+    _ = FileManager.default.createFile(atPath: err, contents: nil)
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: try WorkerHarness.heraldBinary())
+    process.arguments = arguments
+    var variables = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("HERALD_") }
+    for (key, value) in environment { variables[key] = value }
+    process.environment = variables
+    process.standardInput = FileHandle.nullDevice
+    process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: out))
+    process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: err))
+    try process.run()
+    let deadline = Date().addingTimeInterval(60)
+    while process.isRunning && Date() < deadline { usleep(5_000) }
+    if process.isRunning {
+        process.terminate()
+        process.waitUntilExit()
+        throw RedisServerError("herald \(arguments.joined(separator: " ")) did not finish within 60 s")
+    }
+    process.waitUntilExit()
+    return HeraldRun(status: process.terminationStatus, stdout: (try? String(contentsOfFile: out, encoding: .utf8)) ?? "",
+                     stderr: (try? String(contentsOfFile: err, encoding: .utf8)) ?? "")
+}
