@@ -226,6 +226,10 @@ extension IntegrationTests {
             }
             try await waitFor("the worker tried to create the group on the replica three times", timeout: .seconds(30), interval: .milliseconds(100)) {
                 guard process.isRunning else { throw WaitTimeout(description: "herald worker exited:\n\(process.logTail())") }
+                let reads = tried("xreadgroup")
+                guard reads == 0 else {
+                    throw WaitTimeout(description: "the worker read from a replica \(reads) times: it went on after READONLY")
+                }
                 return tried("xgroup|create") >= 3
             }
             // Each refused XGROUP costs a reconnect (with backoff); before the fix the worker went
