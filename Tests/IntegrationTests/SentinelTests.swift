@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import MockAPNs
 import Queue
+import Synchronization
 import Testing
 import Transport
 import Worker
@@ -85,6 +86,105 @@ extension IntegrationTests {
             #expect(log.contains("127.0.0.1:\(newMaster)"), "the worker names the new master in its log:\n\(log)")
             print("sentinel-failover | enqueued \(count) | accepted \(ledger.acceptedUnique) | dead-lettered \(ledger.deadLettered) "
                   + "| accepted before the kill \(atKill) | delivered twice \(twice) | old master \(oldMaster) → new \(newMaster)")
+        }
+
+        @Test
+        func workerFollowsASwitchoverAndTheWatcherHearsOfIt() async throws {
+            // SENTINEL FAILOVER: the master is demoted to a replica (not killed) and its clients
+            // are disconnected; the watcher hears +switch-master, and the worker goes on against
+            // the promoted replica.
+            signal(SIGPIPE, SIG_IGN)
+            let group = try await SentinelGroup()
+            let emulator = try await EmulatorHost { $0.latencyMilliseconds = 100 }
+            let keys = QueueKeys()
+            let oldMaster = group.servers[0].port
+            let producer = try RedisClient(endpoint: RedisEndpoint(host: "127.0.0.1", port: oldMaster))
+            let watching = try EventLoopThread()
+            let switches = Mutex<[Int]>([])
+            let resolverBox = LoopBox<RedisSentinelResolver>()
+            var newClient: RedisClient? = nil
+            var worker: WorkerProcess? = nil
+            defer {
+                if let worker, worker.isRunning { worker.signal(SIGKILL); worker.process.waitUntilExit() }
+                watching.submitAndWait { resolverBox.value?.stopWatching(); resolverBox.value = nil }
+                watching.shutdown()
+                producer.shutdown()
+                newClient?.shutdown()
+                emulator.shutdown()
+                group.stop()
+            }
+            let configuration = group.configuration
+            try await watching.submit {
+                let resolver = RedisSentinelResolver(loop: watching.loop, configuration: configuration, base: RedisEndpoint())
+                resolver.watch { master in switches.withLock { $0.append(master.port) } }
+                resolverBox.value = resolver
+            }
+            let count = 3_000
+            let seed = UInt64.random(in: 1..<(1 << 60))
+            _ = try await producer.xadd(keys.jobs, count: count) { Sentinel.job($0, seed: seed) }
+            try #require(try await producer.integer("WAIT", "1", "10000") == 1, "the replica confirmed the jobs")
+            let process = try WorkerProcess(arguments: [
+                "--sentinel", group.sentinelList, "--sentinel-master", SentinelGroup.masterName,
+                "--connections", "2", "--max-streams", "50", "--metrics-port", "0",
+            ] + emulator.workerArguments, logPath: emulator.directory.path("worker.log"))
+            worker = process
+            try await waitFor("the worker has delivered some jobs", timeout: .seconds(60)) {
+                guard process.isRunning else { throw WaitTimeout(description: "herald worker exited early:\n\(process.logTail())") }
+                return try await emulator.statistics().acceptedUnique >= 500
+            }
+            let answer = group.ask(port: group.sentinels[0].port, sentinel: true, ["SENTINEL", "FAILOVER", .text(SentinelGroup.masterName)])
+            try #require(answer == .status("OK"), "SENTINEL FAILOVER: \(String(describing: answer))")
+            let newMaster = try await group.waitForFailover(from: oldMaster)
+            try await waitFor("the watcher heard +switch-master", timeout: .seconds(30)) {
+                switches.withLock { $0.contains(newMaster) }
+            }
+            let client = try RedisClient(endpoint: RedisEndpoint(host: "127.0.0.1", port: newMaster))
+            newClient = client
+            let ledger: QueueLedger
+            do {
+                ledger = try await waitForSettledLedger(enqueued: count, redis: client, emulator: emulator, timeout: .seconds(120))
+            } catch {
+                Issue.record("\(error)\nworker log:\n\(process.logTail(6000))\n\(group.logTails())")
+                throw error
+            }
+            #expect(process.isRunning)
+            // The sentinels turn the old master into a replica once they see it again (their INFO
+            // round comes every 10 s); from then on it refuses writes (READONLY).
+            try await waitFor("the old master serves on as a replica", timeout: .seconds(40), interval: .milliseconds(200)) {
+                group.role(port: oldMaster) == "slave"
+            }
+            #expect(ledger.acceptedUnique == count - count / 100 && ledger.deadByReason == ["bad_priority": count / 100], "\(ledger)")
+            let valid = (0..<count).filter { $0 % 100 != 99 }
+            let counts = try await emulator.acceptedCounts(valid.map { UUIDString.make(high: seed, low: UInt64($0)) })
+            #expect(!counts.contains(0), "every valid job was delivered")
+            let twice = counts.reduce(0) { $0 + max(0, $1 - 1) }
+            #expect(twice == ledger.duplicates)
+            print("sentinel-switchover | enqueued \(count) | accepted \(ledger.acceptedUnique) | delivered twice \(twice) "
+                  + "| old master \(oldMaster) → new \(newMaster)")
+        }
+
+        @Test
+        func toolsAuthenticateToPasswordProtectedSentinels() async throws {
+            let secret = "sentinel-Secret-42"
+            let group = try await SentinelGroup(sentinelPassword: secret)
+            defer { group.stop() }
+            let directory = try TemporaryDirectory(prefix: "herald-sentinel-auth")
+            let sentinel = ["--sentinel", group.sentinelList, "--sentinel-master", SentinelGroup.masterName]
+            let job = ["--token", WorkerHarness.deviceToken(1), "--payload", WorkerHarness.payload(1)]
+            let refused = try runHerald(["enqueue"] + sentinel + job, in: directory)
+            #expect(refused.status != 0)
+            #expect(refused.stderr.contains("--sentinel-password-file"), "the message says how to give the password: \(refused)")
+            let fromEnvironment = try runHerald(["enqueue"] + sentinel + job, environment: ["HERALD_SENTINEL_PASSWORD": secret], in: directory)
+            #expect(fromEnvironment.status == 0, "\(fromEnvironment)")
+            let file = directory.path("sentinel.pass")
+            try (secret + "\n").write(toFile: file, atomically: true, encoding: .utf8)
+            chmod(file, 0o600)
+            let fromFile = try runHerald(["stats", "--json", "--sentinel-password-file", file] + sentinel, in: directory)
+            #expect(fromFile.status == 0, "\(fromFile)")
+            #expect(fromFile.stdout.contains("\"depth\":1") || fromFile.stdout.contains("\"depth\": 1"), "\(fromFile)")
+            for run in [refused, fromEnvironment, fromFile] {
+                #expect(!run.stdout.contains(secret) && !run.stderr.contains(secret), "the password is never printed")
+            }
         }
 
         @Test
@@ -254,6 +354,11 @@ extension IntegrationTests {
             return 0
         }
     }
+}
+
+/// A value confined to one loop thread (set and read only there).
+final class LoopBox<Value>: @unchecked Sendable {
+    var value: Value?
 }
 
 /// What one `herald` run printed and how it ended.
