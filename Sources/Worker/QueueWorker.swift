@@ -357,8 +357,10 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     private func handleRedisError(_ message: String) {
         if RedisSentinelResolver.meansNotWritableMaster(message) || message.hasPrefix("EXECABORT") {
             // EXECABORT: a command of the outcome batch was refused while queued (READONLY after a
-            // failover, OOM); the batch is written again after reconnecting.
-            notWritableMaster(message)
+            // failover, NOREPLICAS, OOM); the batch is written again after reconnecting.
+            notWritableMaster(message.hasPrefix("EXECABORT")
+                ? message + " (Redis refused a write of the outcome batch: READONLY after a failover, NOREPLICAS, OOM …; its log says which)"
+                : message)
             return
         }
         redisErrors += 1

@@ -340,6 +340,64 @@ extension IntegrationTests {
             #expect(process.logTail().contains("READONLY"), "the log says why: \(process.logTail())")
         }
 
+        @Test
+        func aMasterShortOfReplicasMakesTheWorkerBackOffThenDeliverEverything() async throws {
+            // `min-replicas-to-write`, which the docs recommend against a partitioned old master:
+            // with fewer good replicas than it asks, every write (XREADGROUP too) is refused
+            // NOREPLICAS. The worker must back off, acknowledge nothing, and finish once the
+            // replicas are enough again.
+            signal(SIGPIPE, SIG_IGN)
+            let group = try await SentinelGroup(sentinels: 0)
+            let master = group.servers[0].port
+            let emulator = try await EmulatorHost { $0.latencyMilliseconds = 50 }
+            let client = try RedisClient(endpoint: RedisEndpoint(host: "127.0.0.1", port: master))
+            var worker: WorkerProcess? = nil
+            defer {
+                if let worker, worker.isRunning { worker.signal(SIGKILL); worker.process.waitUntilExit() }
+                client.shutdown()
+                emulator.shutdown()
+                group.stop()
+            }
+            let count = 2_000
+            let seed = UInt64.random(in: 1..<(1 << 60))
+            _ = try await client.xadd(QueueKeys().jobs, count: count) { Sentinel.job($0, seed: seed) }
+            let process = try WorkerProcess(arguments: ["--redis", "redis://127.0.0.1:\(master)", "--metrics-port", "0",
+                                                        "--connections", "2", "--max-streams", "50"]
+                                            + emulator.workerArguments, logPath: emulator.directory.path("worker.log"))
+            worker = process
+            try await waitFor("the worker has delivered some jobs", timeout: .seconds(60)) {
+                guard process.isRunning else { throw WaitTimeout(description: "herald worker exited early:\n\(process.logTail())") }
+                return try await emulator.statistics().acceptedUnique >= 300
+            }
+            try await client.command("CONFIG", "SET", "min-replicas-to-write", "2")  // one replica: too few
+            let refused = { () -> Int in
+                ["xreadgroup", "xgroup|create", "multi", "xack", "exec"].reduce(0) {
+                    $0 + Sentinel.commandStat(group: group, port: master, $1, field: "rejected_calls")
+                }
+            }
+            try await waitFor("the master refused the worker's writes twice", timeout: .seconds(30), interval: .milliseconds(100)) {
+                guard process.isRunning else { throw WaitTimeout(description: "herald worker exited:\n\(process.logTail())") }
+                let reads = Sentinel.commandStat(group: group, port: master, "xreadgroup", field: "rejected_calls")
+                guard reads <= 20 else { throw WaitTimeout(description: "\(reads) XREADGROUP refused: the worker asks again without backing off") }
+                return refused() >= 2
+            }
+            let pendingWhileRefused = try await client.pendingCount(QueueKeys().jobs, group: QueueKeys().group)
+            try await client.command("CONFIG", "SET", "min-replicas-to-write", "1")
+            let ledger: QueueLedger
+            do {
+                ledger = try await waitForSettledLedger(enqueued: count, redis: client, emulator: emulator, timeout: .seconds(120))
+            } catch {
+                Issue.record("\(error)\nworker log:\n\(process.logTail(6000))")
+                throw error
+            }
+            #expect(ledger.acceptedUnique == count - count / 100 && ledger.deadByReason == ["bad_priority": count / 100], "\(ledger)")
+            #expect(ledger.duplicates == 0, "nothing acknowledged was lost here, so nothing is sent twice: \(ledger)")
+            let log = process.logTail(20_000)
+            #expect(log.contains("NOREPLICAS") || log.contains("EXECABORT"), "the log says why:\n\(log)")
+            print("sentinel-noreplicas | enqueued \(count) | accepted \(ledger.acceptedUnique) | pending while refused \(pendingWhileRefused) "
+                  + "| refused writes \(refused())")
+        }
+
         /// One field of `INFO commandstats`' line for `command` (0 when absent).
         static func commandStat(group: SentinelGroup, port: Int, _ command: String, field: String) -> Int {
             guard case .bulk(let bytes)? = group.ask(port: port, ["INFO", "commandstats"]) else { return 0 }
