@@ -509,7 +509,9 @@ public final class RedisSentinelResolver {
             index += 1  // the next sentinel
             let delay = Backoff.reconnect.delayMilliseconds(afterFailures: failures, using: &random)
             if failures == 1 || failures % 10 == 0 {
-                log("lost the +switch-master subscription (\(SentinelText.cause(error, endpoint: connection.endpoint))); trying the next sentinel in \(delay) ms")
+                let address = SentinelConfiguration.Address(host: connection.endpoint.host, port: connection.endpoint.port)
+                log("no +switch-master subscription on sentinel \(address) (\(SentinelText.cause(error, endpoint: connection.endpoint))); "
+                    + "trying the next sentinel in \(delay) ms")
             }
             timer = resolver.loop.schedule(afterMilliseconds: delay) { [weak self] in self?.start() }
         }

@@ -48,6 +48,11 @@ struct QueueOptions: ParsableArguments {
             }
             do {
                 sentinelConfiguration = try SentinelConfiguration(list: sentinelList, masterName: masterName)
+            } catch {
+                guard case .invalidURL(let problem) = error else { throw ValidationError(error.description) }
+                throw ValidationError("invalid --sentinel or --sentinel-master (HERALD_SENTINEL, HERALD_SENTINEL_MASTER): \(problem)")
+            }
+            do {
                 endpoint = try SentinelConfiguration.masterEndpoint(url: urlGiven)
             } catch {
                 throw ValidationError(error.description)
