@@ -277,14 +277,31 @@ extension IntegrationTests {
             }
             try #require(named.last?.string == String(replica), "the stale sentinel names the replica: \(named)")
 
-            // The resolver itself, on a loop of its own: past the dead one and the stale one.
+            // The resolver itself, on a loop of its own: past a dead sentinel, a stalled one
+            // (SIGSTOP: it accepts connections and never answers) and the stale one.
             let loop = try EventLoop()
             var configuration = group.configuration
+            let stalled = group.sentinels[0]
+            configuration.sentinels.removeFirst()
             configuration.sentinels.insert(.init(host: "127.0.0.1", port: stale.port), at: 0)
+            configuration.sentinels.insert(.init(host: "127.0.0.1", port: stalled.port), at: 0)
             configuration.sentinels.insert(.init(host: "127.0.0.1", port: down), at: 0)
+            stalled.signal(SIGSTOP)
             let resolver = RedisSentinelResolver(loop: loop, configuration: configuration, base: RedisEndpoint(host: "unused.invalid"))
+            resolver.attemptTimeoutMilliseconds = 1_000
             let found = try #require(resolver.resolveTurningLoop())
+            stalled.signal(SIGCONT)
             #expect(try found.get().port == group.servers[0].port)
+            // Every sentinel passed over, with the reason, when none names a usable master.
+            configuration.sentinels = Array(configuration.sentinels.prefix(3))
+            stalled.signal(SIGSTOP)
+            let failing = RedisSentinelResolver(loop: loop, configuration: configuration, base: RedisEndpoint(host: "unused.invalid"))
+            failing.attemptTimeoutMilliseconds = 1_000
+            let failure = "\(String(describing: failing.resolveTurningLoop()))"
+            stalled.signal(SIGCONT)
+            #expect(failure.contains("sentinel 127.0.0.1:\(down): Connection refused"), "\(failure)")
+            #expect(failure.contains("sentinel 127.0.0.1:\(stalled.port)") && failure.contains("within 1000 ms"), "\(failure)")
+            #expect(failure.contains("names 127.0.0.1:\(replica), which says its role is 'slave', not master"), "\(failure)")
 
             let count = 500
             let seed = UInt64.random(in: 1..<(1 << 60))

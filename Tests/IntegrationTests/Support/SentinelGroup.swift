@@ -228,6 +228,11 @@ final class RedisProcess: @unchecked Sendable {
 
     var isRunning: Bool { process?.isRunning ?? false }
 
+    /// Sends `signal` (SIGSTOP: a server that stalls with its connections open; SIGCONT).
+    func signal(_ signal: Int32) {
+        if let process { Glibc.kill(process.processIdentifier, signal) }
+    }
+
     /// SIGKILL (no shutdown, connections reset) and reap.
     func kill() {
         guard let process else { return }
