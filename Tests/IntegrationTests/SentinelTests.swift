@@ -211,6 +211,15 @@ extension IntegrationTests {
             #expect(group.ask(port: master, ["XLEN", "herald:{default}:jobs"])?.integer == 1, "the job is on the master")
             #expect(group.ask(port: replica, ["XLEN", "herald:{default}:jobs"])?.integer == 1, "--wait-replicas 1: and on the replica")
 
+            // Asking for more replicas than there are: added all the same, and said so.
+            let short = try runHerald(["enqueue"] + sentinel + ["--token", token, "--payload", WorkerHarness.payload(8),
+                                                                "--wait-replicas", "2", "--wait-timeout", "200"], in: directory)
+            #expect(short.status != 0, "\(short)")
+            #expect(short.stderr.contains("only 1 of 2 replicas confirmed them within 200 ms"), "\(short)")
+            #expect(group.ask(port: master, ["XLEN", "herald:{default}:jobs"])?.integer == 2, "the job was added all the same")
+            try #require(group.ask(port: master, ["DEL", "herald:{default}:jobs"])?.integer == 1)
+            _ = group.ask(port: master, ["XADD", "herald:{default}:jobs", "*", "token", .text(token), "payload", "{}"])
+
             // The same through the environment, for stats, dead-letters and feedback.
             let environment = ["HERALD_SENTINEL": list, "HERALD_SENTINEL_MASTER": SentinelGroup.masterName]
             let stats = try runHerald(["stats", "--json"], environment: environment, in: directory)
@@ -313,10 +322,13 @@ extension IntegrationTests {
             let count = 500
             let seed = UInt64.random(in: 1..<(1 << 60))
             _ = try await client.xadd(QueueKeys().jobs, count: count) { Sentinel.job($0, seed: seed) }
+            // This worker takes its Sentinel settings from a config file.
             let list = "127.0.0.1:\(down),127.0.0.1:\(stale.port),\(group.sentinelList)"
-            let process = try WorkerProcess(arguments: [
-                "--sentinel", list, "--sentinel-master", SentinelGroup.masterName, "--metrics-port", "0", "--log-level", "debug",
-            ] + emulator.workerArguments, logPath: emulator.directory.path("worker.log"))
+            let config = emulator.directory.path("herald.yaml")
+            try "sentinel: \(list)\nsentinel_master: \(SentinelGroup.masterName)\nredis: redis:///0\n"
+                .write(toFile: config, atomically: true, encoding: .utf8)
+            let process = try WorkerProcess(arguments: ["--config", config, "--metrics-port", "0", "--log-level", "debug"]
+                                            + emulator.workerArguments, logPath: emulator.directory.path("worker.log"))
             worker = process
             let ledger: QueueLedger
             do {
