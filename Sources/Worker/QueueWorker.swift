@@ -27,6 +27,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     /// Set with `--sentinel`: every (re)connect asks it where the master is now.
     private let sentinel: RedisSentinelResolver?
     private var resolving = false
+    /// When the last `+switch-master` was acted on (loop time, ms).
+    private var lastSwitchAt: Int64?
     private let time: TimeSource
     private var logger: Logger
     /// The delivery rules: every job's state and outcome.
@@ -229,13 +231,23 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     }
 
     /// A failover the watched sentinel announced: the pair moves to the new master at once (no
-    /// backoff), after the resolver has checked it.
+    /// backoff), after the resolver has checked it. Announcements faster than one a second (a
+    /// sentinel gone wrong, or a hostile one) cannot make the worker reconnect in a loop: while a
+    /// reconnect is on its way they are ignored (it asks the sentinels anyway), otherwise the
+    /// pair is replaced with the usual backoff.
     private func masterSwitched(to master: RedisEndpoint) {
         guard phase == .running || phase == .draining else { return }
         if master == endpoint, writer?.isReady == true { return }  // already there
+        let rapid = lastSwitchAt.map { loop.now - $0 < 1_000 } ?? false
+        if rapid && (reconnectTimer != nil || resolving) { return }
         logger.warning("Sentinel announced a failover; moving to the new master",
                        metadata: ["from": "\(endpoint)", "to": "\(master)"])
         dropRedisPair()
+        lastSwitchAt = loop.now
+        if rapid {
+            if reconnectTimer == nil { scheduleReconnect(after: .connectionLost("Sentinel announced another failover within a second")) }
+            return
+        }
         if let reconnectTimer { loop.cancel(reconnectTimer) }
         reconnectTimer = nil
         redisFailures = 0

@@ -434,6 +434,65 @@ extension IntegrationTests {
                   + "| refused writes \(refused())")
         }
 
+        @Test
+        func aSentinelAnnouncingFailoversInALoopCannotMakeTheWorkerReconnectInALoop() async throws {
+            // The watched "sentinel" is a plain Redis on which the test publishes +switch-master
+            // itself: 150 announcements in 3 s, alternating between the master and the replica.
+            // The worker checks each with ROLE and acts on at most about one a second.
+            signal(SIGPIPE, SIG_IGN)
+            let group = try await SentinelGroup()
+            let liar = try RedisProcess.start(name: "liar", directory: group.directory) { port, dir in
+                RedisProcess.dataArguments(port: port, directory: dir)
+            }
+            let master = group.servers[0].port, replica = group.servers[1].port
+            let emulator = try await EmulatorHost { $0.latencyMilliseconds = 20 }
+            let client = try RedisClient(endpoint: RedisEndpoint(host: "127.0.0.1", port: master))
+            var worker: WorkerProcess? = nil
+            defer {
+                if let worker, worker.isRunning { worker.signal(SIGKILL); worker.process.waitUntilExit() }
+                client.shutdown()
+                emulator.shutdown()
+                liar.kill()
+                group.stop()
+            }
+            let count = 3_000
+            let seed = UInt64.random(in: 1..<(1 << 60))
+            _ = try await client.xadd(QueueKeys().jobs, count: count) { Sentinel.job($0, seed: seed) }
+            let process = try WorkerProcess(arguments: [
+                "--sentinel", "127.0.0.1:\(liar.port),\(group.sentinelList)", "--sentinel-master", SentinelGroup.masterName,
+                "--connections", "2", "--max-streams", "50", "--metrics-port", "0",
+            ] + emulator.workerArguments, logPath: emulator.directory.path("worker.log"))
+            worker = process
+            try await waitFor("the worker delivers and listens on the liar", timeout: .seconds(60)) {
+                guard process.isRunning else { throw WaitTimeout(description: "herald worker exited early:\n\(process.logTail())") }
+                guard case .array(let numbers)? = group.ask(port: liar.port, ["PUBSUB", "NUMSUB", "+switch-master"]),
+                      numbers.count == 2, numbers[1].integer == 1 else { return false }
+                return try await emulator.statistics().acceptedUnique >= 100
+            }
+            let connections = { () -> Int in
+                guard case .bulk(let bytes)? = group.ask(port: master, ["INFO", "stats"]) else { return 0 }
+                let line = String(decoding: bytes, as: UTF8.self).split(whereSeparator: \.isNewline)
+                    .first { $0.hasPrefix("total_connections_received:") }
+                return line.flatMap { Int($0.split(separator: ":")[1].prefix { $0.isNumber }) } ?? 0
+            }
+            let before = connections()
+            for index in 0..<150 {
+                let (from, to) = index % 2 == 0 ? (master, replica) : (replica, master)
+                _ = group.ask(port: liar.port, ["PUBLISH", "+switch-master",
+                                                .text("\(SentinelGroup.masterName) 127.0.0.1 \(from) 127.0.0.1 \(to)")])
+                try await Task.sleep(for: .milliseconds(20))  // pacing the announcements, not waiting for an outcome
+            }
+            let during = connections() - before
+            let ledger = try await waitForSettledLedger(enqueued: count, redis: client, emulator: emulator, timeout: .seconds(120),
+                                                        context: { process.logTail(4000) })
+            #expect(process.isRunning)
+            #expect(ledger.acceptedUnique == count - count / 100 && ledger.deadByReason == ["bad_priority": count / 100], "\(ledger)")
+            // Each acted-on announcement costs a ROLE check and a new pair (3 connections), and the
+            // test's own questions one each; acting on all 150 would cost hundreds.
+            #expect(during < 60, "\(during) connections to the master during 150 announcements")
+            print("sentinel-liar | 150 announcements | connections to the master meanwhile \(during) | accepted \(ledger.acceptedUnique)")
+        }
+
         /// One field of `INFO commandstats`' line for `command` (0 when absent).
         static func commandStat(group: SentinelGroup, port: Int, _ command: String, field: String) -> Int {
             guard case .bulk(let bytes)? = group.ask(port: port, ["INFO", "commandstats"]) else { return 0 }
