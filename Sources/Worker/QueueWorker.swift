@@ -27,8 +27,11 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     /// Set with `--sentinel`: every (re)connect asks it where the master is now.
     private let sentinel: RedisSentinelResolver?
     private var resolving = false
-    /// When the last `+switch-master` was acted on (loop time, ms).
-    private var lastSwitchAt: Int64?
+    /// `+switch-master` announcements: when the last was checked (loop time, ms), a check under
+    /// way, and one postponed to a second after the last.
+    private var lastSwitchCheckAt: Int64?
+    private var checkingSwitch = false
+    private var switchCheckTimer: EventLoop.TimerID?
     private let time: TimeSource
     private var logger: Logger
     /// The delivery rules: every job's state and outcome.
@@ -150,6 +153,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         phase = .stopped
         if let drainTimer { loop.cancel(drainTimer) }
         if let reconnectTimer { loop.cancel(reconnectTimer) }
+        if let switchCheckTimer { loop.cancel(switchCheckTimer) }
         sentinel?.stopWatching()
         for lane in lanes { lane.pool.stop() }
         reader?.delegate = nil
@@ -212,6 +216,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         // when the +switch-master message was missed.
         guard !resolving else { return }
         resolving = true
+        checkingSwitch = false  // this resolution replaces a check under way
         sentinel.resolve { [weak self] result in
             guard let self else { return }
             self.resolving = false
@@ -230,29 +235,45 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         }
     }
 
-    /// A failover the watched sentinel announced: the pair moves to the new master at once (no
-    /// backoff), after the resolver has checked it. Announcements faster than one a second (a
-    /// sentinel gone wrong, or a hostile one) cannot make the worker reconnect in a loop: while a
-    /// reconnect is on its way they are ignored (it asks the sentinels anyway), otherwise the
-    /// pair is replaced with the usual backoff.
+    /// A failover the watched sentinel announced. It is only a hint: the sentinels are asked
+    /// again (and the master's `ROLE`), and the pair moves, at once and without backoff, only
+    /// when the master they name now differs from the current one. A sentinel that announces
+    /// failovers in a loop (gone wrong, or hostile) costs at most one such check a second, and
+    /// never a dropped connection while the master stays where it is.
     private func masterSwitched(to master: RedisEndpoint) {
         guard phase == .running || phase == .draining else { return }
         if master == endpoint, writer?.isReady == true { return }  // already there
-        let rapid = lastSwitchAt.map { loop.now - $0 < 1_000 } ?? false
-        if rapid && (reconnectTimer != nil || resolving) { return }
-        logger.warning("Sentinel announced a failover; moving to the new master",
-                       metadata: ["from": "\(endpoint)", "to": "\(master)"])
-        dropRedisPair()
-        lastSwitchAt = loop.now
-        if rapid {
-            if reconnectTimer == nil { scheduleReconnect(after: .connectionLost("Sentinel announced another failover within a second")) }
+        // A connect under way asks the sentinels anyway; so does a check under way or postponed.
+        if resolving || checkingSwitch || switchCheckTimer != nil { return }
+        if let last = lastSwitchCheckAt, loop.now - last < 1_000 {
+            switchCheckTimer = loop.schedule(afterMilliseconds: last + 1_000 - loop.now) { [weak self] in
+                self?.switchCheckTimer = nil
+                self?.checkAnnouncedSwitch()
+            }
             return
         }
-        if let reconnectTimer { loop.cancel(reconnectTimer) }
-        reconnectTimer = nil
-        redisFailures = 0
-        resolving = false  // a resolution under way may have the old answer: start a new one
-        connectRedis()
+        checkAnnouncedSwitch()
+    }
+
+    private func checkAnnouncedSwitch() {
+        guard phase == .running || phase == .draining, let sentinel, !resolving, !checkingSwitch else { return }
+        lastSwitchCheckAt = loop.now
+        checkingSwitch = true
+        sentinel.resolve { [weak self] result in
+            guard let self else { return }
+            self.checkingSwitch = false
+            guard self.phase == .running || self.phase == .draining, !self.resolving,
+                  case .success(let master) = result else { return }  // the pair stays; a dead server fails it by itself
+            if master == self.endpoint, self.reader != nil { return }  // not moved (or already followed)
+            self.logger.warning("Sentinel announced a failover; moving to the new master",
+                                metadata: ["from": "\(self.endpoint)", "to": "\(master)"])
+            self.dropRedisPair()
+            if let reconnectTimer = self.reconnectTimer { self.loop.cancel(reconnectTimer) }
+            self.reconnectTimer = nil
+            self.redisFailures = 0
+            self.endpoint = master
+            self.connectPair()
+        }
     }
 
     /// Closes both connections without hearing of it (their pending commands fail as lost:
