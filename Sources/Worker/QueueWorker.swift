@@ -53,6 +53,13 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     private var redisFailures = 0
     private var reconnectTimer: EventLoop.TimerID?
     private var readInFlight = false
+    /// Set while a read of the pending list (not `>`) is in flight. Entries whose outcome batch
+    /// Redis confirms meanwhile go into `confirmedDuringPendingRead`: the read and the batch travel
+    /// on two connections, so the read may have run first, and such entries in its reply were
+    /// finished, not new work (after a reconnect, taking them again sent them twice and wrote
+    /// their dead letters twice).
+    private var pendingReadInFlight = false
+    private var confirmedDuringPendingRead: Set<StreamEntryID> = []
     private var recoveringPending = true
     private var pendingCursor = "0"
     private var groupReady = false
@@ -287,6 +294,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             connection?.close()
         }
         readInFlight = false
+        pendingReadInFlight = false
+        confirmedDuringPendingRead.removeAll()
         claimInFlight = false
         groupReady = false
     }
@@ -310,6 +319,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         self.reader = reader
         self.writer = writer
         readInFlight = false
+        pendingReadInFlight = false
+        confirmedDuringPendingRead.removeAll()
         claimInFlight = false
         groupReady = false
         reader.connect()
@@ -333,6 +344,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         other?.delegate = nil
         other?.close()
         readInFlight = false
+        pendingReadInFlight = false
+        confirmedDuringPendingRead.removeAll()
         claimInFlight = false
         guard phase == .running || phase == .draining else { return }
         scheduleReconnect(after: error)
@@ -453,6 +466,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         let count = readCapacity()
         guard count > 0 else { return }
         readInFlight = true
+        pendingReadInFlight = recoveringPending
         let keys = configuration.keys
         let id = recoveringPending ? pendingCursor : ">"
         var arguments: [String] = ["XREADGROUP", "GROUP", keys.group, configuration.consumer, "COUNT", String(count)]
@@ -462,6 +476,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         reader.sendRaw(arguments) { [weak self] result in
             guard let self else { return }
             self.readInFlight = false
+            let finishedMeanwhile = self.confirmedDuringPendingRead
+            self.pendingReadInFlight = false
+            self.confirmedDuringPendingRead.removeAll()
             switch result.map({ tape in
                 let read = RedisReplyReader.readEntries(tape: tape)
                 if case .success(let entries) = read { self.noteReply(bytes: tape.byteCount, entries: entries.count) }
@@ -486,7 +503,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                     self.recoveringPending = true
                     self.pendingCursor = deferredAfter.description
                 }
-                self.take(entries, deliveries: nil)
+                self.take(finishedMeanwhile.isEmpty ? entries : entries.filter { !finishedMeanwhile.contains($0.id) }, deliveries: nil)
             }
             self.maybeRead()
         }
@@ -611,6 +628,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             switch result {
             case .success(.array(let replies)):
                 for reply in replies { if case .error(let message) = reply { self.handleRedisError(message) } }
+                if self.pendingReadInFlight {
+                    for entry in batch.entries { self.confirmedDuringPendingRead.insert(entry.entryID) }
+                }
                 self.rules.confirmed(batch.sequence)
                 if self.phase == .draining { self.checkDrained() }
             case .success(.error(let message)):
