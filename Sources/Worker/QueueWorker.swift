@@ -391,12 +391,60 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 self.redisFailures = 0
             }
             self.groupReady = true
-            if replayingUnconfirmed {
-                for batch in self.rules.redisReconnected() { self.write(batch) }
-            }
+            if replayingUnconfirmed { self.replayUnconfirmed() }
             self.recoveringPending = true
             self.pendingCursor = "0"
             self.maybeRead()
+        }
+    }
+
+    /// Writes again the outcome batches Redis never confirmed, minus the entries it no longer
+    /// holds as pending: those were acknowledged, so their batch ran (MULTI/EXEC is all or
+    /// nothing) and only its answer was lost with the connection; writing it again would add
+    /// their dead letters or feedback entries twice. Entries stay held until their batch is
+    /// confirmed. Only after a reconnect: one XPENDING per entry, pipelined.
+    private func replayUnconfirmed() {
+        let batches = rules.redisReconnected()
+        guard let writer, !batches.isEmpty else { return }
+        let keys = configuration.keys
+        var acknowledged = Set<StreamEntryID>()
+        var remaining = batches.reduce(0) { $0 + $1.entries.count }
+        var failed = false
+        let replay = { [weak self] in
+            guard let self, !failed else { return }
+            for batch in batches {
+                let entries = batch.entries.filter { !acknowledged.contains($0.entryID) }
+                if entries.isEmpty {
+                    self.rules.confirmed(batch.sequence)
+                } else {
+                    self.write(entries.count == batch.entries.count ? batch : OutcomeBatch(sequence: batch.sequence, entries: entries))
+                }
+            }
+            if !acknowledged.isEmpty {
+                self.logger.info("outcome batches Redis ran before the connection was lost are not written again",
+                                 metadata: ["entries": "\(acknowledged.count)"])
+            }
+            if self.phase == .draining { self.checkDrained() }
+        }
+        guard remaining > 0 else { replay(); return }
+        for batch in batches {
+            for entry in batch.entries {
+                let id = entry.entryID
+                writer.send(argumentCount: 6, { builder in
+                    builder.add("XPENDING"); builder.add(keys.jobs); builder.add(keys.group)
+                    builder.add(entryMilliseconds: id.milliseconds, sequence: id.sequence)
+                    builder.add(entryMilliseconds: id.milliseconds, sequence: id.sequence)
+                    builder.add(integer: 1)
+                }) { result in
+                    switch result {
+                    case .success(.array(let rows)) where rows.isEmpty: acknowledged.insert(id)
+                    case .success: break  // pending, or an error reply (NOGROUP): written again, as before
+                    case .failure: failed = true  // the connection went: the next one replays them all
+                    }
+                    remaining -= 1
+                    if remaining == 0 { replay() }
+                }
+            }
         }
     }
 
