@@ -580,3 +580,46 @@ func runHerald(_ arguments: [String], environment: [String: String] = [:], in di
     return HeraldRun(status: process.terminationStatus, stdout: (try? String(contentsOfFile: out, encoding: .utf8)) ?? "",
                      stderr: (try? String(contentsOfFile: err, encoding: .utf8)) ?? "")
 }
+
+extension IntegrationTests {
+    /// Redis dropping the worker's connections mid-drain, again and again (as a failover or a
+    /// proxy does): every outcome batch in flight at a drop is written again only where Redis
+    /// did not run it, and the pending list read after it never takes finished entries as new.
+    @Suite(.serialized)
+    struct RedisReconnects {
+        @Test
+        func connectionsKilledMidDrainFiveTimesSendNothingTwiceAndWriteEveryDeadLetterOnce() async throws {
+            try await withWorkerBed(emulator: { $0.latencyMilliseconds = 50 }) { bed in
+                let count = 4_000
+                let seed = UInt64.random(in: 1..<(1 << 60))
+                try await bed.enqueue(count) { IntegrationTests.Sentinel.job($0, seed: seed) }
+                let process = try bed.startProcess(["--connections", "2", "--max-streams", "50", "--metrics-port", "0"])
+                var kills = 0
+                var accepted = 0
+                while kills < 5 {
+                    try await waitFor("the worker is connected again and delivers", timeout: .seconds(60)) {
+                        guard process.isRunning else { throw WaitTimeout(description: "herald worker exited:\n\(process.logTail())") }
+                        guard case .bulk(let bytes) = try await bed.client.send(["INFO", "clients"]),
+                              let line = String(decoding: bytes, as: UTF8.self).split(whereSeparator: \.isNewline)
+                                .first(where: { $0.hasPrefix("connected_clients:") }),
+                              let clients = Int(line.dropFirst("connected_clients:".count).prefix { $0.isNumber }),
+                              clients >= 3 else { return false }  // the worker's two and this test's
+                        return try await bed.emulator.statistics().acceptedUnique >= accepted + 200
+                    }
+                    accepted = try await bed.emulator.statistics().acceptedUnique
+                    if accepted >= count - count / 100 - 200 { break }  // too late for another kill
+                    // Every client but this one: the worker's reader and writer, mid-batch.
+                    let killed = try await bed.client.integer("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+                    #expect(killed >= 2, "the worker's two connections were dropped")
+                    kills += 1
+                }
+                try #require(kills >= 3, "the drain ended before three kills (\(kills))")
+                let ledger = try await bed.waitUntilSettled(enqueued: count, timeout: .seconds(120))
+                #expect(ledger.acceptedUnique == count - count / 100, "\(ledger)")
+                #expect(ledger.duplicates == 0, "nothing was sent twice: \(ledger)\n\(process.logTail())")
+                #expect(ledger.deadByReason == ["bad_priority": count / 100], "every dead letter once: \(ledger)")
+                print("redis-reconnects | kills \(kills) | \(ledger)")
+            }
+        }
+    }
+}
