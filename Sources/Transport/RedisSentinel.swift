@@ -215,8 +215,8 @@ public final class RedisSentinelResolver {
     }
 
     /// Replies of a Redis that is not (or not yet) a writable master: after a failover the old
-    /// master comes back as a replica (`READONLY`), a restarted one loads its data (`LOADING`), and
-    /// a replica that lost its master with `replica-serve-stale-data no` says `MASTERDOWN`, and a
+    /// master comes back as a replica (`READONLY`), a restarted one loads its data (`LOADING`), a
+    /// replica that lost its master with `replica-serve-stale-data no` says `MASTERDOWN`, and a
     /// master with `min-replicas-to-write` that lost its replicas says `NOREPLICAS`. The worker
     /// reconnects (resolving again through the sentinels) on these, with backoff, instead of
     /// sending the same command again at once.
