@@ -19,6 +19,10 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     /// A file holding the sentinels' own password.
     public var sentinelPasswordFile: String?
     public var queue: String?
+    /// Several queues for one worker (`--queues`); excludes `shards`.
+    public var queues: [String]?
+    /// `queue`-0 … `queue`-(N-1) (`--shards`).
+    public var shards: Int?
     public var batch: Int?
     public var claimIdle: Int?
     public var maxAttempts: Int?
@@ -32,7 +36,7 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     public var apps: [String: App]?
 
     public enum CodingKeys: String, CodingKey, CaseIterable {
-        case redis, queue, batch, threads, apps
+        case redis, queue, queues, shards, batch, threads, apps
         case redisPasswordFile = "redis_password_file"
         case sentinel
         case sentinelMaster = "sentinel_master"
