@@ -14,6 +14,7 @@ import Transport
 /// | 65 | bad job data: `enqueue` or `send` was given a job Herald would refuse (EX_DATAERR) | no |
 /// | 69 | Redis or APNs unavailable: refused, unreachable, timed out (EX_UNAVAILABLE) | yes |
 /// | 78 | configuration: a bad config file, a missing or bad key, certificate or password file, missing credentials, a bad HERALD_* value (EX_CONFIG) | no |
+/// | 130 | interrupted by Ctrl-C (the shell's convention, not sysexits) | – |
 ///
 /// docs/operations.md lists the same table for operators; Deploy/systemd/herald@.service stops
 /// restarting on 64, 65 and 78.
@@ -24,6 +25,8 @@ enum ExitStatus: Int32, CaseIterable, Sendable {
     case badJobData = 65
     case unavailable = 69
     case configuration = 78
+    /// Ctrl-C or SIGTERM ended a command that was waiting: the shell's 128 + SIGINT.
+    case interrupted = 130
 }
 
 /// A failure with its exit status and a message that says what to do. Thrown by the commands;
@@ -53,7 +56,7 @@ struct CommandFailure: Error, CustomStringConvertible {
     /// The queue tools' errors (`stats`, `dead-letters`, `feedback`), sorted the same way.
     static func queueTool(_ error: QueueToolError) -> CommandFailure {
         switch error {
-        case .unreachable, .connectionLost, .timedOut:
+        case .unreachable, .connectionLost, .timedOut, .masterNotFound:
             return .unavailable(error.description)
         case .authenticationFailed:
             return .configuration(error.description)
@@ -61,7 +64,9 @@ struct CommandFailure: Error, CustomStringConvertible {
             return .configuration(error.description)
         case .invalidArgument:
             return CommandFailure(status: .usage, description: error.description)
-        case .server, .unexpectedReply, .interrupted:
+        case .interrupted:
+            return CommandFailure(status: .interrupted, description: error.description)
+        case .server, .unexpectedReply:
             return CommandFailure(status: .failure, description: error.description)
         }
     }
