@@ -333,6 +333,22 @@ extension IntegrationTests {
             }
         }
 
+        /// Found by schemathesis: a Redis connection idle for longer than the time a request may
+        /// wait for Redis timed out its next command at once (the event loop's clock was stale).
+        @Test
+        func aRedisConnectionIdleLongerThanItsTimeoutStillWaitsForTheAnswer() async throws {
+            try await withAPIBed(configure: { $0.redisConnections = 1 }) { bed in
+                #expect(try await bed.get("/readyz", headers: []).status == 200)
+                // The idle gap is the condition under test (longer than /readyz's 2 s), not a wait for an event.
+                try await Task.sleep(for: .milliseconds(2_500))
+                let ready = try await bed.get("/readyz", headers: [])
+                #expect(ready.status == 200, "\(ready)")
+                try await Task.sleep(for: .milliseconds(2_500))
+                let post = try await bed.request("POST", "/v1/notifications", json: #"{"token":"\#(Self.tokenA)","payload":\#(Self.payload)}"#)
+                #expect(post.status == 202, "\(post)")
+            }
+        }
+
         @Test
         func metricsCountRequestsByRouteTemplateAndStatus() async throws {
             try await withAPIBed { bed in
