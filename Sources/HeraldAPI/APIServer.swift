@@ -297,7 +297,7 @@ public final class APIServer: Sendable {
     }
 
     static func cursor(_ text: String?) throws -> StreamEntryID? {
-        guard let text, !text.isEmpty else { return nil }
+        guard let text else { return nil }
         guard let id = StreamEntryID(text) else {
             throw APIError.malformed("`cursor` must be a stream entry id like 1718000000000-0 (the `next_cursor` of the previous page), not \(DeadLetterText.quoted(text)).")
         }

@@ -16,7 +16,12 @@ struct ObservingMiddleware<Context: RequestContext>: RouterMiddleware {
         do {
             response = try await next(request, context)
         } catch {
-            let apiError = ObservingMiddleware.apiError(error)
+            var apiError = ObservingMiddleware.apiError(error)
+            if apiError.status == .notFound, let allowed = RouteTable.methods(forPath: request.uri.path), !allowed.isEmpty {
+                apiError = APIError(.methodNotAllowed, "method_not_allowed",
+                                    "\(request.uri.path) takes \(allowed.joined(separator: " and ")), not \(request.method.rawValue).",
+                                    headers: [(.allow, allowed.joined(separator: ", "))])
+            }
             if apiError.status.code >= 500 {
                 // The path and the error, never headers or the body: they may hold tokens.
                 logger.error("\(request.method) \(context.endpointPath ?? "unmatched") failed: \(apiError.message)")
@@ -62,5 +67,24 @@ struct BearerAuthMiddleware<Context: RequestContext>: RouterMiddleware {
                            headers: [(.wwwAuthenticate, "Bearer realm=\"herald\", error=\"invalid_token\"")])
         }
         return try await next(request, context)
+    }
+}
+
+/// The routes' templates (`APIServer.routes`), to tell "no such path" (404) from "no such method
+/// on this path" (405 with `Allow`), which Hummingbird's router does not distinguish.
+enum RouteTable {
+    static let templates: [(method: String, segments: [Substring])] = APIServer.routes.map { route in
+        let parts = route.split(separator: " ", maxSplits: 1)
+        return (String(parts[0]), parts[1].split(separator: "/"))
+    }
+
+    /// The methods the routes take on `path`, or nil when no route has that path.
+    static func methods(forPath path: String) -> [String]? {
+        let segments = path.split(separator: "/")
+        let methods = templates.filter { template in
+            template.segments.count == segments.count
+                && zip(template.segments, segments).allSatisfy { $0.hasPrefix("{") || $0 == $1 }
+        }.map(\.method)
+        return methods.isEmpty ? nil : methods
     }
 }

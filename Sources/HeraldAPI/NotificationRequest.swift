@@ -141,7 +141,7 @@ struct NotificationRequest {
             case .object where field == JobField.payload:
                 slots[slot] = Array(UnsafeBufferPointer(rebasing: json.bytes[value.range]))
             case .number where field == JobField.priority || field == JobField.expiration:
-                guard let number = json.int64(value) else {
+                guard let number = NotificationRequest.wholeNumber(json, value) else {
                     reasons.append(Reason(code: "bad_field_type", message: "`\(field)` must be a whole number."))
                     return
                 }
@@ -173,6 +173,14 @@ struct NotificationRequest {
             reasons.append(Reason(code: problem.code, message: problem.description))
         }
         return fields
+    }
+
+    /// An integer, also when written with a zero fraction or an exponent (`10.0`, `1e1`): JSON
+    /// does not tell them apart, and neither does JSON Schema's `integer`.
+    static func wholeNumber(_ json: JSONScanner, _ value: JSONScanner.Value) -> Int64? {
+        if let number = json.int64(value) { return number }
+        guard let double = json.double(value), double.rounded() == double, abs(double) < 9.0e15 else { return nil }
+        return Int64(double)
     }
 
     private static func expectedType(_ field: String) -> String {

@@ -46,7 +46,7 @@ struct RequeueRequest: Sendable {
                     if value.kind != .array { problem = "`reasons` must be an array of reason codes like \"bad_priority\"." }
                     request.reasons = reasons.isEmpty ? nil : reasons
                 } else if json.textEquals(name, "limit") {
-                    guard let limit = json.int64(value), (1...Int64(APIConfiguration.maxRequeue)).contains(limit) else {
+                    guard let limit = NotificationRequest.wholeNumber(json, value), (1...Int64(APIConfiguration.maxRequeue)).contains(limit) else {
                         problem = "`limit` must be a whole number from 1 to \(APIConfiguration.maxRequeue)."
                         return
                     }

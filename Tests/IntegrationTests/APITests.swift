@@ -357,11 +357,16 @@ extension IntegrationTests {
                 _ = try await bed.get("/v1/queues/alpha")
                 _ = try await bed.get("/v1/queues/beta")
                 _ = try await bed.get("/no/such/route/\(UUID().uuidString)")
+                // A known path with a method it does not take: 405 and the methods it does.
+                let wrongMethod = try await httpRequest(port: bed.port, "DELETE", "/v1/queues/x/dead-letters", headers: bed.auth)
+                #expect(wrongMethod.status == 405 && wrongMethod.header("Allow") == "GET", "\(wrongMethod)")
+                #expect(try await httpRequest(port: bed.port, "GET", "/v1/notifications", headers: bed.auth).header("Allow") == "POST")
                 let metrics = try await bed.get("/metrics", headers: []).text
                 #expect(metrics.contains(#"herald_api_requests_total{route="/v1/notifications",method="POST",status="202"} 1"#), "\(metrics)")
                 #expect(metrics.contains(#"herald_api_requests_total{route="/v1/notifications",method="POST",status="400"} 1"#))
                 #expect(metrics.contains(#"herald_api_requests_total{route="/v1/queues/{queue}",method="GET",status="200"} 2"#))
                 #expect(metrics.contains(#"herald_api_requests_total{route="unmatched",method="GET",status="404"} 1"#))
+                #expect(metrics.contains(#"herald_api_requests_total{route="unmatched",method="DELETE",status="405"} 1"#))
                 #expect(metrics.contains(#"herald_api_notifications_enqueued_total{queue="default"} 1"#))
                 #expect(metrics.contains(#"herald_api_request_duration_seconds_count{route="/v1/notifications"} 2"#))
                 #expect(!metrics.contains(APIBed.token))
