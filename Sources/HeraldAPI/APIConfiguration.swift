@@ -23,6 +23,9 @@ public struct APIConfiguration: Sendable {
     public var redisConnections = 4
     /// How long a request waits for Redis, ms (503 beyond).
     public var redisTimeoutMilliseconds: Int64 = 10_000
+    /// A connection that sends nothing for this long (between requests, or in the middle of one:
+    /// a stalled or slow-loris client) is closed, seconds.
+    public var idleTimeoutSeconds: Int64 = 30
     /// How often the token file is checked for changes, ms.
     public var tokenPollMilliseconds = 1_000
 

@@ -77,6 +77,7 @@ public final class APIServer: Sendable {
                     onListening: @escaping @Sendable (Int) async -> Void = { _ in }) async throws {
         let app = Application(
             router: router(),
+            server: .http1(configuration: .init(idleTimeout: .seconds(configuration.idleTimeoutSeconds))),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "herald"),
             onServerRunning: { channel in await onListening(channel.localAddress?.port ?? 0) },
             logger: logger)

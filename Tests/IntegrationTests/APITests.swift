@@ -178,6 +178,24 @@ extension IntegrationTests {
         }
 
         @Test
+        func aClientThatStallsMidRequestIsDisconnected() async throws {
+            try await withAPIBed(configure: { $0.idleTimeoutSeconds = 1 }) { bed in
+                let stalled = try HTTPTestConnection(port: bed.port)
+                try stalled.send(Array("POST /v1/notifications HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"tok".utf8))
+                // The server closes it (recv sees the end, or at most a 408/400 answer first) within the deadline.
+                let closed = try await waitFor("the server closes the stalled connection", timeout: .seconds(20)) {
+                    var byte: UInt8 = 0
+                    let n = recv(stalled.fd, &byte, 1, Int32(MSG_DONTWAIT))
+                    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+                        || (n == 1 && (try? stalled.readResponse()) != nil)
+                }
+                #expect(closed)
+                #expect(try await bed.get("/healthz", headers: []).status == 200, "the server serves others meanwhile")
+                #expect(try await bed.client.integer("XLEN", QueueKeys().jobs) == 0)
+            }
+        }
+
+        @Test
         func aRetryWithTheSameIdempotencyKeyEnqueuesOnce() async throws {
             try await withAPIBed { bed in
                 let body = #"{"notifications":[{"token":"\#(Self.tokenA)","payload":\#(Self.payload)},{"token":"\#(Self.tokenB)","payload":\#(Self.payload)}]}"#
@@ -392,6 +410,52 @@ extension IntegrationTests {
             #expect(try await bed.client.integer("XLEN", QueueKeys().jobs) == 1)
             #expect(throws: (any Error).self) { _ = try HTTPTestConnection(port: bed.port) }
             bed.client.shutdown()
+        }
+
+        /// The real binary: refuses to start without a usable token file, reloads tokens on SIGHUP,
+        /// finishes in-flight work and exits 0 on SIGTERM, and never logs a token.
+        @Test
+        func theBinaryReloadsTokensOnSIGHUPAndExitsZeroOnSIGTERM() async throws {
+            let redis = try RedisServer()
+            let directory = try TemporaryDirectory(prefix: "herald-api-process")
+            let tokensFile = directory.path("tokens")
+            let first = "first-token-" + String(repeating: "c3", count: 16)
+            let second = "other-token-" + String(repeating: "d4", count: 16)
+            try "short\n".write(toFile: tokensFile, atomically: true, encoding: .utf8)
+            let refused = try APIProcess(redis: redis, tokensFile: tokensFile, directory: directory)
+            let status = try await refused.waitForExit(timeout: .seconds(30))
+            #expect(status != nil && status != 0, "a usage or configuration error's exit status")
+            #expect(refused.log.contains("shorter than 16 characters"), "\(refused.log)")
+
+            try "\(first)\n".write(toFile: tokensFile, atomically: true, encoding: .utf8)
+            let api = try APIProcess(redis: redis, tokensFile: tokensFile, directory: directory)
+            try await api.waitUntilServing()
+            let job = #"{"token":"\#(Self.tokenA)","payload":\#(Self.payload)}"#
+            let accepted = try await httpRequest(port: api.port, "POST", "/v1/notifications", headers: [("Authorization", "Bearer \(first)")], json: job)
+            #expect(accepted.status == 202, "\(accepted)")
+
+            // Rewrite the file in place with a token of the same length and put its times back,
+            // so only SIGHUP (not the change check) can make the server read it again.
+            var before = stat()
+            #expect(stat(tokensFile, &before) == 0)
+            let handle = try #require(FileHandle(forWritingAtPath: tokensFile))
+            try handle.write(contentsOf: Data("\(second)\n".utf8))
+            try handle.close()
+            var times = [before.st_atim, before.st_mtim]
+            #expect(utimensat(AT_FDCWD, tokensFile, &times, 0) == 0)
+            api.signal(SIGHUP)
+            try await waitFor("the token from the rewritten file is accepted after SIGHUP", timeout: .seconds(20)) {
+                try await httpRequest(port: api.port, "GET", "/v1/queues/default", headers: [("Authorization", "Bearer \(second)")]).status == 200
+            }
+            #expect(try await httpRequest(port: api.port, "GET", "/v1/queues/default", headers: [("Authorization", "Bearer \(first)")]).status == 401)
+
+            api.signal(SIGTERM)
+            #expect(try await api.waitForExit(timeout: .seconds(30)) == 0, "\(api.log)")
+            #expect(!api.log.contains(first) && !api.log.contains(second), "tokens never reach the log")
+            #expect(api.log.contains("SIGHUP"), "\(api.log)")
+            let client = try RedisClient(endpoint: redis.endpoint)
+            #expect(try await client.integer("XLEN", QueueKeys().jobs) == 1)
+            client.shutdown()
         }
 
         @Test

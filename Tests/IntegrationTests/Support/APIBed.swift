@@ -78,3 +78,52 @@ func withAPIBed<T>(configure: (inout APIConfiguration) -> Void = { _ in }, _ bod
         throw error
     }
 }
+
+/// `herald api` as a child process (the real binary, signals and all), its output kept in a file.
+final class APIProcess: @unchecked Sendable {
+    let process: Process
+    let logPath: String
+    let port: Int
+
+    init(redis: RedisServer, tokensFile: String, directory: TemporaryDirectory, extra: [String] = []) throws {
+        port = try RedisServer.freePort()
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: try WorkerHarness.heraldBinary())
+        process.arguments = ["api", "--redis", redis.url, "--tokens-file", tokensFile, "--listen", "127.0.0.1:\(port)"] + extra
+        process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("HERALD_") }
+        logPath = directory.path("api.log")
+        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
+        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = log
+        process.standardError = log
+        try process.run()
+    }
+
+    deinit {
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+    }
+
+    func signal(_ signal: Int32) { kill(process.processIdentifier, signal) }
+
+    var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+
+    /// Waits until /healthz answers.
+    func waitUntilServing() async throws {
+        try await waitFor("herald api serves /healthz", timeout: .seconds(30)) {
+            if !self.process.isRunning { throw WaitTimeout(description: "herald api exited: \(self.log)") }
+            return (try? await httpRequest(port: self.port, "GET", "/healthz"))?.status == 200
+        }
+    }
+
+    /// The exit status once it ended, or nil at the deadline.
+    func waitForExit(timeout: Duration) async throws -> Int32? {
+        let ended = try await waitFor("herald api exits", timeout: timeout, failOnTimeout: false) { !self.process.isRunning }
+        guard ended else { return nil }
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+}
