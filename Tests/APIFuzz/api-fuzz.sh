@@ -55,10 +55,12 @@ done
 # Every check but positive_data_acceptance: a job that fits the schema may still be one the worker
 # would dead-letter (a token that is not hex, a payload over 4 KB, an id that is no UUID), and
 # the API refuses those with 422 by design; the schema cannot carry every rule of job-format.md.
+# From the scratch directory: schemathesis keeps its state (.schemathesis/) where it runs.
 status=0
-"$VENV/bin/st" run docs/api.openapi.yaml --url "http://127.0.0.1:$api_port" \
+root=$(pwd)
+(cd "$work" && "$root/$VENV/bin/st" run "$root/docs/api.openapi.yaml" --url "http://127.0.0.1:$api_port" \
 	-H "Authorization: Bearer $token" --checks all --exclude-checks positive_data_acceptance --max-examples "$EXAMPLES" \
-	--suppress-health-check all --no-color || status=$?
+	--suppress-health-check all --no-color) || status=$?
 if ! kill -0 "$api_pid" 2>/dev/null; then
 	echo "api-fuzz: herald api died; its log:"; cat "$work/api.log"; exit 1
 fi
