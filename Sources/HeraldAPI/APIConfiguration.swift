@@ -15,6 +15,10 @@ public struct APIConfiguration: Sendable {
     public var tokensFile: String
     /// The largest request body accepted, bytes (413 beyond).
     public var maxBodyBytes = 8 << 20
+    /// The most /v1 requests served at once; more get 503 `busy` at once. With `maxBodyBytes` it
+    /// bounds the memory requests can hold (about three times the body each while its jobs go
+    /// to Redis).
+    public var maxConcurrentRequests = 64
     /// The most notifications one POST may carry (413 beyond).
     public var maxBatch = 1000
     /// How long an Idempotency-Key is remembered, seconds.

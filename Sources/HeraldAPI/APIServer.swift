@@ -25,6 +25,8 @@ public final class APIServer: Sendable {
     public let metrics: APIMetrics
     public let lanes: RedisLanes
     let logger: Logger
+    /// /v1 requests being served (`ConcurrencyLimitMiddleware`).
+    let concurrency = RequestCounter()
     /// The running service group, for `shutdown()`.
     private let group = Mutex<ServiceGroup?>(nil)
 
@@ -58,7 +60,9 @@ public final class APIServer: Sendable {
             headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
             return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: self.metrics.render())))
         }
-        let v1 = router.group("v1").add(middleware: BearerAuthMiddleware<BasicRequestContext>(tokens: tokens))
+        let v1 = router.group("v1")
+            .add(middleware: ConcurrencyLimitMiddleware<BasicRequestContext>(limit: configuration.maxConcurrentRequests, gauge: concurrency))
+            .add(middleware: BearerAuthMiddleware<BasicRequestContext>(tokens: tokens))
         v1.post("notifications") { request, _ in try await self.postNotifications(request) }
         v1.get("queues/{queue}") { request, context in try await self.stats(request, queue: try APIServer.queue(context)) }
         v1.get("queues/{queue}/dead-letters") { request, context in

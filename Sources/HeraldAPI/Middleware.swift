@@ -1,6 +1,7 @@
 import Hummingbird
 import Logging
 import NIOCore
+import Synchronization
 
 /// Outermost: counts and times every request by route template and status, and turns every
 /// error into Herald's JSON error body (`APIError`), including Hummingbird's own (404, 413).
@@ -49,6 +50,29 @@ struct ObservingMiddleware<Context: RequestContext>: RouterMiddleware {
         }
         return APIError(.internalServerError, "internal_error", "The API failed: \(error)")
     }
+}
+
+/// At most `limit` /v1 requests at once; the next gets 503 `busy` before its body is read, so
+/// memory stays bounded by `limit` × the body limit however many clients connect.
+struct ConcurrencyLimitMiddleware<Context: RequestContext>: RouterMiddleware {
+    let limit: Int
+    let gauge: RequestCounter
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        let now = gauge.value.add(1, ordering: .relaxed).newValue
+        defer { gauge.value.subtract(1, ordering: .relaxed) }
+        guard now <= limit else {
+            throw APIError(.serviceUnavailable, "busy",
+                           "The API is serving \(limit) requests already (--max-concurrent-requests); try again in a moment.",
+                           headers: [(.retryAfter, "1")])
+        }
+        return try await next(request, context)
+    }
+}
+
+/// A count shared by the requests being served.
+final class RequestCounter: Sendable {
+    let value = Atomic<Int>(0)
 }
 
 /// `Authorization: Bearer <token>` against `BearerTokens`; 401 with `WWW-Authenticate` otherwise.

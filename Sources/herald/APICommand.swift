@@ -29,6 +29,9 @@ struct APICommand: ParsableCommand {
     @Option(name: .customLong("max-body-bytes"), help: "Largest request body accepted, bytes; larger ones get 413 (env HERALD_API_MAX_BODY_BYTES; default 8388608).")
     var maxBodyBytes: Int?
 
+    @Option(name: .customLong("max-concurrent-requests"), help: "/v1 requests served at once, 1 to 10000; more get 503 busy. Memory held by requests stays under about 3 × this × --max-body-bytes (env HERALD_API_MAX_CONCURRENT_REQUESTS; default 64).")
+    var maxConcurrentRequests: Int?
+
     @Option(name: .customLong("max-batch"), help: "Most notifications in one POST; more get 413 (env HERALD_API_MAX_BATCH; default 1000).")
     var maxBatch: Int?
 
@@ -90,6 +93,7 @@ struct APICommand: ParsableCommand {
         configuration.host = host.isEmpty ? "0.0.0.0" : host
         configuration.port = port
         configuration.maxBodyBytes = try checked("--max-body-bytes", maxBodyBytes ?? intEnvironment("API_MAX_BODY_BYTES") ?? configuration.maxBodyBytes, 1024...(1 << 30))
+        configuration.maxConcurrentRequests = try checked("--max-concurrent-requests", maxConcurrentRequests ?? intEnvironment("API_MAX_CONCURRENT_REQUESTS") ?? configuration.maxConcurrentRequests, 1...10_000)
         configuration.maxBatch = try checked("--max-batch", maxBatch ?? intEnvironment("API_MAX_BATCH") ?? configuration.maxBatch, 1...100_000)
         configuration.idempotencyTTLSeconds = try checked("--idempotency-ttl", idempotencyTTL ?? intEnvironment("API_IDEMPOTENCY_TTL") ?? configuration.idempotencyTTLSeconds, 1...604_800)
         configuration.redisConnections = try checked("--redis-connections", redisConnections ?? intEnvironment("API_REDIS_CONNECTIONS") ?? configuration.redisConnections, 1...64)

@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import HeraldAPI
 import Queue
+import Synchronization
 import Testing
 import Transport
 
@@ -192,6 +193,30 @@ extension IntegrationTests {
                 #expect(closed)
                 #expect(try await bed.get("/healthz", headers: []).status == 200, "the server serves others meanwhile")
                 #expect(try await bed.client.integer("XLEN", QueueKeys().jobs) == 0)
+            }
+        }
+
+        @Test
+        func requestsBeyondTheConcurrencyLimitGet503Busy() async throws {
+            try await withAPIBed(configure: { $0.maxConcurrentRequests = 2 }) { bed in
+                let held = try [HTTPTestConnection(port: bed.port), HTTPTestConnection(port: bed.port)]
+                // Two requests in flight, each waiting for the rest of its body.
+                for connection in held {
+                    try connection.send(HTTPTestConnection.head("POST", "/v1/notifications", headers: bed.auth, bodyLength: 10) + Array("{\"a".utf8))
+                }
+                try await waitFor("both requests are in flight", timeout: .seconds(20)) {
+                    try await bed.get("/metrics", headers: []).text.contains("herald_api_requests_in_flight 3")
+                }
+                let third = try await bed.request("POST", "/v1/notifications", json: #"{"token":"\#(Self.tokenA)","payload":\#(Self.payload)}"#)
+                #expect(third.status == 503, "\(third)")
+                #expect((third.json["error"] as? [String: Any])?["code"] as? String == "busy")
+                #expect(try await bed.get("/healthz", headers: []).status == 200, "health is not limited")
+                // One finishes: room again.
+                try held[0].send(Array("\"}       ".utf8))
+                _ = try held[0].readResponse()
+                let fourth = try await bed.request("POST", "/v1/notifications", json: #"{"token":"\#(Self.tokenA)","payload":\#(Self.payload)}"#)
+                #expect(fourth.status == 202, "\(fourth)")
+                #expect(try await bed.client.integer("XLEN", QueueKeys().jobs) == 1)
             }
         }
 
