@@ -69,7 +69,8 @@ for run in $(seq "$runs"); do
 		-H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
 		"http://127.0.0.1:$api_port/v1/notifications" 2>&1)
 	status=$(echo "$out" | grep -E '^status codes:' || true)
-	seconds=$(echo "$out" | sed -n 's/^finished in \([0-9.]*\)s.*/\1/p')
+	# h2load prints "finished in 1.62s" or, under a second, "finished in 952.64ms".
+	seconds=$(echo "$out" | sed -n 's/^finished in \([0-9.]*\)\(m\{0,1\}\)s,.*/\1 \2/p' | awk '{print ($2 == "m") ? $1 / 1000 : $1}')
 	api_cpu1=$(cpu "$api_pid"); redis_cpu1=$(cpu "$redis_pid")
 	length=$(redis-cli -p "$redis_port" XLEN 'herald:{default}:jobs')
 	expected=$((requests * batch))
