@@ -331,8 +331,14 @@ public final class APIServer: Sendable {
             return APIError(.internalServerError, "internal_error", "The API failed: \(error)")
         }
         switch error {
-        case .unreachable, .connectionLost, .timedOut, .authenticationFailed, .interrupted:
+        case .unreachable, .authenticationFailed:
             return APIError(.serviceUnavailable, "redis_unavailable", "Redis is not available: \(error) Nothing was changed by this request; try again.",
+                            headers: [(.retryAfter, "1")])
+        case .connectionLost, .timedOut, .interrupted:
+            // The command may have reached Redis before the answer was lost: it may still run.
+            return APIError(.serviceUnavailable, "redis_unavailable",
+                            "Redis did not answer in time: \(error) The request may or may not have taken effect; "
+                                + "retry it with the same Idempotency-Key to have its notifications enqueued exactly once.",
                             headers: [(.retryAfter, "1")])
         case .server, .unexpectedReply, .invalidArgument:
             return APIError(.internalServerError, "redis_error", "\(error)")

@@ -376,6 +376,32 @@ extension IntegrationTests {
             }
         }
 
+        /// A Redis that stops answering (SIGSTOP): the request gets 503 after the Redis timeout, the
+        /// API keeps serving, and a retry with the same Idempotency-Key after Redis is back adds
+        /// the jobs exactly once, whether or not the stalled script ran when Redis resumed.
+        @Test
+        func aStalledRedisGets503AndAnIdempotentRetryAddsTheJobsOnce() async throws {
+            try await withAPIBed(configure: { $0.redisTimeoutMilliseconds = 1_500 }) { bed in
+                let body = #"{"notifications":[{"token":"\#(Self.tokenA)","payload":\#(Self.payload)},{"token":"\#(Self.tokenB)","payload":\#(Self.payload)}]}"#
+                let key = bed.auth + [("Idempotency-Key", "stall-1")]
+                #expect(try await bed.request("POST", "/v1/notifications", json: #"{"token":"\#(Self.tokenA)","payload":\#(Self.payload)}"#).status == 202)
+                let pid = try #require(bed.redis.pid)
+                kill(pid, SIGSTOP)
+                let stalled = try await bed.request("POST", "/v1/notifications", json: body, headers: key)
+                #expect(stalled.status == 503, "\(stalled)")
+                #expect(stalled.text.contains("Idempotency-Key"), "the message says how to retry safely")
+                #expect(try await bed.get("/healthz", headers: []).status == 200)
+                kill(pid, SIGCONT)
+                var retry = HTTPTestResponse(status: 0, headers: [], body: [])
+                try await waitFor("a retry succeeds once Redis answers again", timeout: .seconds(30)) {
+                    retry = try await bed.request("POST", "/v1/notifications", json: body, headers: key)
+                    return retry.status == 202
+                }
+                #expect((retry.json["ids"] as? [String])?.count == 2)
+                #expect(try await bed.client.integer("XLEN", QueueKeys().jobs) == 3, "1 before the stall + the batch exactly once")
+            }
+        }
+
         /// Found by schemathesis: a Redis connection idle for longer than the time a request may
         /// wait for Redis timed out its next command at once (the event loop's clock was stale).
         @Test
