@@ -81,4 +81,4 @@ for run in $(seq "$runs"); do
 	rates+=("$rate")
 done
 median=$(printf '%s\n' "${rates[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-echo "api-throughput: median $median notifications/s over $runs runs"
+echo "api-throughput: median $median notifications/s over $runs runs; herald api peak RSS $(awk '/VmHWM/ {printf "%.1f MiB", $2 / 1024}' "/proc/$api_pid/status"), now $(awk '/VmRSS/ {printf "%.1f MiB", $2 / 1024}' "/proc/$api_pid/status")"

@@ -14,7 +14,8 @@ struct APICommand: ParsableCommand {
             checked as `herald enqueue` checks, Idempotency-Key honoured), GET /v1/queues/{queue}, \
             GET and requeue …/dead-letters, GET …/feedback. Every /v1 route needs `Authorization: Bearer <token>` \
             with a token from --tokens-file (one per line; reloaded when the file changes or on SIGHUP). \
-            /healthz, /readyz (Redis answers) and /metrics need none. SIGTERM finishes the requests in flight, then exits 0.
+            /healthz, /readyz (Redis answers) and /metrics need none. --queue names the queue of a POST that names none. \
+            SIGTERM finishes the requests in flight, then exits 0.
             """)
 
     @OptionGroup var queueOptions: QueueOptions
