@@ -72,6 +72,10 @@ extension IntegrationTests {
                 #expect(array.status == 400, "\(array)")
                 let empty = try await bed.request("POST", "/v1/notifications", json: #"{"notifications":[]}"#)
                 #expect(empty.status == 400, "\(empty)")
+                let deep = try await bed.request("POST", "/v1/notifications", json: String(repeating: "[", count: 100_000))
+                #expect(deep.status == 400 && deep.text.contains("nested too deeply"), "\(deep)")
+                let stray = try await bed.request("POST", "/v1/notifications", json: #"{"notifications":[],"token":"x"}"#)
+                #expect(stray.status == 400, "\(stray)")
 
                 let batch = try await bed.request("POST", "/v1/notifications", json: """
                     {"notifications":[
@@ -233,6 +237,15 @@ extension IntegrationTests {
                 #expect(again.json["replayed"] as? Bool == true)
                 #expect(again.header("Idempotent-Replayed") == "true")
                 #expect(try await bed.client.integer("XLEN", QueueKeys().jobs) == 2, "one set of entries")
+
+                // The same jobs written differently (member order, whitespace, an escaped name): the same request.
+                let reordered = """
+                    { "notifications" : [ { "payload" : \(Self.payload) , "\\u0074oken" : "\(Self.tokenA)" },
+                                          { "payload" : \(Self.payload), "token" : "\(Self.tokenB)" } ] }
+                    """
+                let rewritten = try await bed.request("POST", "/v1/notifications", json: reordered, headers: bed.auth + key)
+                #expect(rewritten.status == 202 && rewritten.json["replayed"] as? Bool == true, "\(rewritten)")
+                #expect(rewritten.json["ids"] as? [String] == first.json["ids"] as? [String])
 
                 // The same key for other jobs: refused, nothing added.
                 let other = #"{"token":"\#(Self.tokenA)","payload":{"aps":{"alert":"other"}}}"#
