@@ -14,6 +14,10 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     /// A file holding the Redis password (the URL in `redis` should carry none).
     public var redisPasswordFile: String?
     public var queue: String?
+    /// Several queues for one worker (`--queues`); excludes `shards`.
+    public var queues: [String]?
+    /// `queue`-0 … `queue`-(N-1) (`--shards`).
+    public var shards: Int?
     public var batch: Int?
     public var claimIdle: Int?
     public var maxAttempts: Int?
@@ -27,7 +31,7 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     public var apps: [String: App]?
 
     public enum CodingKeys: String, CodingKey, CaseIterable {
-        case redis, queue, batch, threads, apps
+        case redis, queue, queues, shards, batch, threads, apps
         case redisPasswordFile = "redis_password_file"
         case claimIdle = "claim_idle"
         case maxAttempts = "max_attempts"

@@ -83,6 +83,10 @@ struct APICommand: ParsableCommand {
                 + "e.g. `openssl rand -hex 32 > api-tokens`. Clients send `Authorization: Bearer <token>`.")
         }
         var configuration = APIConfiguration(redis: try queueOptions.endpoint(), tokensFile: tokensFile)
+        if queueOptions.queues != nil || queueOptions.shards != nil || environmentValue("QUEUES") != nil || environmentValue("SHARDS") != nil {
+            throw ValidationError("herald api serves every queue, each request naming its own (?queue= or \"queue\"); --queues and --shards "
+                + "(HERALD_QUEUES, HERALD_SHARDS) do not apply to it: give --queue for the queue of requests that name none")
+        }
         configuration.defaultQueue = queueOptions.keys().queue
         if let problem = QueueName.problem(configuration.defaultQueue) { throw ValidationError("--queue: \(problem)") }
         let address = listen ?? environmentValue("API_LISTEN") ?? "0.0.0.0:8080"
