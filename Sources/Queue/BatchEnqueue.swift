@@ -94,13 +94,26 @@ public enum BatchEnqueue {
             throw QueueToolError.unexpectedReply(command: "EVAL (enqueue) \(keys.jobs)", reply: "\(reply)")
         }
         guard stored[..<space] == fingerprint ?? "" else { return .conflict }
-        return .replayed(stored[stored.index(after: space)...].split(separator: ",").map(String.init))
+        // Runs "<ms>-<seq>+<n>": n consecutive ids from the first, comma-separated.
+        var ids: [String] = []
+        for run in stored[stored.index(after: space)...].split(separator: ",") {
+            let parts = run.split(separator: "+")
+            guard parts.count == 2, let first = StreamEntryID(String(parts[0])), let count = Int(parts[1]), count > 0, count <= 1_000_000,
+                  first.sequence <= UInt64.max - UInt64(count) else {
+                throw QueueToolError.unexpectedReply(command: "EVAL (enqueue) \(keys.jobs)", reply: "\(reply)")
+            }
+            for offset in 0..<count {
+                ids.append(StreamEntryID(milliseconds: first.milliseconds, sequence: first.sequence + UInt64(offset)).description)
+            }
+        }
+        return .replayed(ids)
     }
 
     /// KEYS[1] jobs stream, KEYS[2] (optional) idempotency key; ARGV[1] its time to live (ms),
     /// ARGV[2] the fingerprint, ARGV[3] the number of jobs, then per job its field count n and n
     /// name/value pairs. Returns {1, id…} when it added the jobs, {0, stored} when the key was
-    /// there. The stream's type is checked first, so no XADD can fail half-way through a batch.
+    /// there; the key holds "<fingerprint> <first id>+<n>,…", one run of consecutive ids per
+    /// millisecond the script took: about 100 bytes for a batch added within a millisecond or two. The stream's type is checked first, so no XADD can fail half-way through a batch.
     public static let script = """
         local kind = redis.call('TYPE', KEYS[1])['ok']
         if kind ~= 'stream' and kind ~= 'none' then
@@ -118,7 +131,23 @@ public enum BatchEnqueue {
           i = i + 1 + 2 * n
         end
         if KEYS[2] then
-          redis.call('SET', KEYS[2], ARGV[2] .. ' ' .. table.concat(out, ',', 2), 'PX', ARGV[1])
+          -- Ids added in one script are runs of consecutive sequence numbers within a
+          -- millisecond: each run is stored as "<first id>+<length>", not id by id.
+          local runs = {}
+          local first, runMs, runSeq, length = nil, nil, nil, 0
+          for j = 2, #out do
+            local ms, seq = string.match(out[j], '^(%d+)-(%d+)$')
+            local number = (#seq < 15) and tonumber(seq) or nil
+            if first and ms == runMs and number and runSeq and number == runSeq + length then
+              length = length + 1
+            else
+              if first then runs[#runs + 1] = first .. '+' .. length end
+              first, runMs, runSeq, length = out[j], ms, number, 1
+            end
+          end
+          runs[#runs + 1] = first .. '+' .. length
+          local ids = table.concat(runs, ',')
+          redis.call('SET', KEYS[2], ARGV[2] .. ' ' .. ids, 'PX', ARGV[1])
         end
         return out
         """

@@ -263,6 +263,21 @@ extension IntegrationTests {
                 let badKey = try await bed.request("POST", "/v1/notifications", json: body, headers: bed.auth + [("Idempotency-Key", "has space")])
                 #expect(badKey.status == 400, "\(badKey)")
 
+                // A key costs Redis one short run per millisecond, not every id; its replay still lists every id.
+                let big = "{\"notifications\":[" + (0..<500).map { index in
+                    #"{"token":"\#(WorkerHarness.deviceToken(index))","payload":\#(Self.payload)}"#
+                }.joined(separator: ",") + "]}"
+                let bigKey = bed.auth + [("Idempotency-Key", "big-500")]
+                let bigFirst = try await bed.request("POST", "/v1/notifications?queue=big", json: big, headers: bigKey)
+                let bigAgain = try await bed.request("POST", "/v1/notifications?queue=big", json: big, headers: bigKey)
+                #expect(bigFirst.status == 202 && bigAgain.status == 202, "\(bigFirst) \(bigAgain)")
+                let bigIDs = try #require(bigFirst.json["ids"] as? [String])
+                #expect(bigIDs.count == 500)
+                #expect(bigAgain.json["ids"] as? [String] == bigIDs && bigAgain.json["replayed"] as? Bool == true)
+                #expect(try await bed.client.entries(QueueKeys(queue: "big").jobs).map(\.id) == bigIDs)
+                // One run per millisecond the script took, not 500 ids of about 16 bytes each.
+                #expect(try await bed.client.integer("STRLEN", "herald:{big}:idempotency:big-500") < 1_000)
+
                 // Concurrent retries of one key: one set of entries, every answer the same ids.
                 let concurrentKey = [("Idempotency-Key", "burst-1")]
                 let answers = try await withThrowingTaskGroup(of: HTTPTestResponse.self) { group in
