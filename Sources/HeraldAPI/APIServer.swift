@@ -311,8 +311,8 @@ public final class APIServer: Sendable {
 
     static func flag(_ text: String?, name: String) throws -> Bool {
         switch text {
-        case nil, "false", "0": return false
-        case "true", "1", "": return true
+        case nil, "false": return false
+        case "true": return true
         case let other?: throw APIError.malformed("`\(name)` must be true or false, not \(DeadLetterText.quoted(other)).")
         }
     }

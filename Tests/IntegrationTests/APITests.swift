@@ -341,6 +341,7 @@ extension IntegrationTests {
                 #expect(filtered.compactMap { $0["id"] as? String } == [ids[1], ids[3]])
                 #expect(full.text.contains(Self.tokenA))
                 #expect(try await bed.get("/v1/queues/default/dead-letters?count=0").status == 400)
+                #expect(try await bed.get("/v1/queues/default/dead-letters?full=").status == 400, "a flag is true or false")
                 #expect(try await bed.get("/v1/queues/default/dead-letters?cursor=yesterday").status == 400)
                 #expect(try await bed.get("/v1/queues/bad%20name").status == 400)
 
