@@ -101,9 +101,11 @@ let package = Package(
         .target(
             name: "HeraldAPI",
             dependencies: [
-                "APNs", "Queue", "Transport", "Observability",
+                "APNs", "Queue", "Transport",
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
@@ -133,10 +135,7 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: [
-                "APNs", "Transport", "MockAPNs", "Queue", "Worker", "LoadGen", "HeraldAPI",
-                .product(name: "Hummingbird", package: "hummingbird"),
-            ],
+            dependencies: ["APNs", "Transport", "MockAPNs", "Queue", "Worker", "LoadGen", "HeraldAPI"],
             swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]
