@@ -101,7 +101,7 @@ let package = Package(
         .target(
             name: "HeraldAPI",
             dependencies: [
-                "APNs", "Queue", "Transport",
+                "APNs", "Queue", "Transport", "Observability",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

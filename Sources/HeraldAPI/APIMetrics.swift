@@ -1,13 +1,16 @@
+import Observability
 import Prometheus
 import Synchronization
 
 /// The API's own metrics, served on its /metrics: requests by route, method and status, their
-/// latency by route, jobs enqueued by queue, idempotent replays, and token-file reloads.
+/// latency by route, jobs enqueued by queue, idempotent replays, token-file reloads, and the
+/// standard `process_*` metrics (Observability's `ProcessMetrics`, as the worker exports them).
 ///
 /// Routes are the templates (`/v1/queues/{queue}`), never the paths, and a path no route
 /// matches is `unmatched`, so a scanner probing random URLs cannot grow the label set.
 public final class APIMetrics: Sendable {
     public let registry: PrometheusCollectorRegistry
+    let process = ProcessMetrics()
     private let requests = Mutex<[String: Prometheus.Counter]>([:])
     private let durations = Mutex<[String: DurationHistogram]>([:])
     private let enqueued = Mutex<[String: Prometheus.Counter]>([:])
@@ -81,6 +84,7 @@ public final class APIMetrics: Sendable {
         var buffer: [UInt8] = []
         buffer.reserveCapacity(8 * 1024)
         registry.emit(into: &buffer)
+        process.emit(into: &buffer)
         return buffer
     }
 }

@@ -468,6 +468,7 @@ extension IntegrationTests {
                 #expect(metrics.contains(#"herald_api_notifications_enqueued_total{queue="default"} 1"#))
                 #expect(metrics.contains(#"herald_api_request_duration_seconds_count{route="/v1/notifications"} 2"#))
                 #expect(!metrics.contains(APIBed.token))
+                #expect(metrics.contains("process_resident_memory_bytes ") && metrics.contains("process_cpu_seconds_total "), "the standard process metrics")
             }
         }
 
