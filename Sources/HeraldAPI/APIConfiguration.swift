@@ -9,6 +9,9 @@ public struct APIConfiguration: Sendable {
     /// Port to listen on; 0 picks a free one (tests).
     public var port = 8080
     public var redis: RedisEndpoint
+    /// With Redis Sentinel: the sentinels to ask for the master (then `redis` gives only the
+    /// credentials and database); asked again on every reconnect, so the API follows failovers.
+    public var sentinel: SentinelConfiguration?
     /// The queue of a POST that names none.
     public var defaultQueue = QueueKeys.defaultQueue
     /// The bearer-token file (`BearerTokens`).

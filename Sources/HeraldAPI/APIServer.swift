@@ -35,7 +35,7 @@ public final class APIServer: Sendable {
         self.tokens = tokens
         self.metrics = metrics
         self.logger = logger
-        lanes = RedisLanes(endpoint: configuration.redis, connections: configuration.redisConnections)
+        lanes = RedisLanes(endpoint: configuration.redis, sentinel: configuration.sentinel, connections: configuration.redisConnections)
     }
 
     /// Every route the server answers, as "METHOD /path" with `{name}` parameters: what the
@@ -331,7 +331,7 @@ public final class APIServer: Sendable {
             return APIError(.internalServerError, "internal_error", "The API failed: \(error)")
         }
         switch error {
-        case .unreachable, .authenticationFailed:
+        case .unreachable, .authenticationFailed, .masterNotFound:
             return APIError(.serviceUnavailable, "redis_unavailable", "Redis is not available: \(error) Nothing was changed by this request; try again.",
                             headers: [(.retryAfter, "1")])
         case .connectionLost, .timedOut, .interrupted:

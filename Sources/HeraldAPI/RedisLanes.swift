@@ -9,7 +9,8 @@ import Transport
 ///
 /// A request takes the lane with the fewest requests queued and runs its whole Redis work there
 /// (one pipeline for an enqueue batch). A client whose connection dropped or timed out
-/// reconnects on its next use, so a Redis restart costs the requests in flight, not the process.
+/// reconnects on its next use (asking the sentinels again, with Sentinel), so a Redis restart or
+/// failover costs the requests in flight, not the process.
 public final class RedisLanes: Sendable {
     private final class Lane: @unchecked Sendable {
         let pool: NIOThreadPool
@@ -24,10 +25,12 @@ public final class RedisLanes: Sendable {
     }
 
     public let endpoint: RedisEndpoint
+    public let sentinel: SentinelConfiguration?
     private let lanes: [Lane]
 
-    public init(endpoint: RedisEndpoint, connections: Int) {
+    public init(endpoint: RedisEndpoint, sentinel: SentinelConfiguration? = nil, connections: Int) {
         self.endpoint = endpoint
+        self.sentinel = sentinel
         lanes = (0..<max(1, connections)).map { _ in Lane() }
     }
 
@@ -46,6 +49,7 @@ public final class RedisLanes: Sendable {
         chosen.queued.add(1, ordering: .relaxed)
         defer { chosen.queued.subtract(1, ordering: .relaxed) }
         let endpoint = self.endpoint
+        let sentinel = self.sentinel
         return try await chosen.pool.runIfActive {
             let lane = chosen
             let client: BlockingRedisClient
@@ -53,7 +57,7 @@ public final class RedisLanes: Sendable {
                 if existing.isClosed { existing.reconnect() }
                 client = existing
             } else {
-                client = try BlockingRedisClient(endpoint: endpoint)
+                client = try BlockingRedisClient(endpoint: endpoint, sentinel: sentinel)
                 lane.client = client
             }
             return try body(client)

@@ -13,6 +13,11 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     public var redis: String?
     /// A file holding the Redis password (the URL in `redis` should carry none).
     public var redisPasswordFile: String?
+    /// Redis Sentinel: `host:port,host:port` and the master's name; `redis` then names no host.
+    public var sentinel: String?
+    public var sentinelMaster: String?
+    /// A file holding the sentinels' own password.
+    public var sentinelPasswordFile: String?
     public var queue: String?
     /// Several queues for one worker (`--queues`); excludes `shards`.
     public var queues: [String]?
@@ -33,6 +38,9 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     public enum CodingKeys: String, CodingKey, CaseIterable {
         case redis, queue, queues, shards, batch, threads, apps
         case redisPasswordFile = "redis_password_file"
+        case sentinel
+        case sentinelMaster = "sentinel_master"
+        case sentinelPasswordFile = "sentinel_password_file"
         case claimIdle = "claim_idle"
         case maxAttempts = "max_attempts"
         case maxDeliveries = "max_deliveries"

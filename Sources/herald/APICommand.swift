@@ -82,7 +82,9 @@ struct APICommand: ParsableCommand {
             throw ValidationError("herald api needs --tokens-file FILE (or HERALD_API_TOKENS_FILE): a file with one bearer token per line, "
                 + "e.g. `openssl rand -hex 32 > api-tokens`. Clients send `Authorization: Bearer <token>`.")
         }
-        var configuration = APIConfiguration(redis: try queueOptions.endpoint(), tokensFile: tokensFile)
+        let target = try queueOptions.target()
+        var configuration = APIConfiguration(redis: target.endpoint, tokensFile: tokensFile)
+        configuration.sentinel = target.sentinel
         if queueOptions.queues != nil || queueOptions.shards != nil || environmentValue("QUEUES") != nil || environmentValue("SHARDS") != nil {
             throw ValidationError("herald api serves every queue, each request naming its own (?queue= or \"queue\"); --queues and --shards "
                 + "(HERALD_QUEUES, HERALD_SHARDS) do not apply to it: give --queue for the queue of requests that name none")

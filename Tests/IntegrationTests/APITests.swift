@@ -2,6 +2,7 @@ import APNs
 import Foundation
 import Glibc
 import HeraldAPI
+import Logging
 import Queue
 import Synchronization
 import Testing
@@ -541,6 +542,48 @@ extension IntegrationTests {
             let client = try RedisClient(endpoint: redis.endpoint)
             #expect(try await client.integer("XLEN", QueueKeys().jobs) == 1)
             client.shutdown()
+        }
+
+        /// With Sentinel the API asks the sentinels for the master, and again after it lost its
+        /// connection: a failover costs the requests in flight, and the next ones reach the new master.
+        @Test
+        func withSentinelTheAPIFollowsAFailover() async throws {
+            signal(SIGPIPE, SIG_IGN)
+            let group = try await SentinelGroup()
+            let directory = try TemporaryDirectory(prefix: "herald-api-sentinel")
+            let tokensFile = directory.path("tokens")
+            try "\(APIBed.token)\n".write(toFile: tokensFile, atomically: true, encoding: .utf8)
+            var configuration = APIConfiguration(redis: try SentinelConfiguration.masterEndpoint(url: nil), tokensFile: tokensFile)
+            configuration.sentinel = group.configuration
+            configuration.host = "127.0.0.1"
+            configuration.port = 0
+            configuration.redisTimeoutMilliseconds = 2_000
+            let server = APIServer(configuration: configuration, tokens: try BearerTokens(path: tokensFile), logger: Logger(label: "herald.it.api"))
+            let bound = Mutex(0)
+            let task = Task { try await server.run(gracefulShutdownSignals: []) { port in bound.withLock { $0 = port } } }
+            defer { task.cancel() }
+            try await waitFor("the API listens", timeout: .seconds(30)) { bound.withLock { $0 } != 0 }
+            let port = bound.withLock { $0 }
+            let auth = [("Authorization", "Bearer \(APIBed.token)")]
+            let job = #"{"token":"\#(Self.tokenA)","payload":\#(Self.payload)}"#
+
+            let before = try await httpRequest(port: port, "POST", "/v1/notifications", headers: auth, json: job)
+            #expect(before.status == 202, "\(before)")
+            let oldMaster = group.servers[0].port
+            group.server(port: oldMaster)?.kill()
+            let newMaster = try await group.waitForFailover(from: oldMaster)
+            var after = HTTPTestResponse(status: 0, headers: [], body: [])
+            try await waitFor("a POST reaches the new master", timeout: .seconds(60)) {
+                after = try await httpRequest(port: port, "POST", "/v1/notifications", headers: auth, json: job)
+                return after.status == 202
+            }
+            let id = try #require((after.json["ids"] as? [String])?.first)
+            let client = try RedisClient(endpoint: RedisEndpoint(host: "127.0.0.1", port: newMaster))
+            #expect(try await client.entries(QueueKeys().jobs).contains { $0.id == id }, "the job is on the new master")
+            #expect(try await httpRequest(port: port, "GET", "/readyz").status == 200)
+            client.shutdown()
+            await server.shutdown()
+            _ = await task.result
         }
 
         @Test
