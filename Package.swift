@@ -32,6 +32,12 @@ let package = Package(
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", exact: "0.2.0"),
         // Tests only: random event sequences for the delivery rules' properties.
         .package(url: "https://github.com/x-sheep/swift-property-based", exact: "2.0.1"),
+        // `herald api`: the HTTP front door (Sources/HeraldAPI).
+        .package(url: "https://github.com/hummingbird-project/hummingbird", exact: "2.28.1"),
+        // Already in Hummingbird's graph; named here for NIOPosix (the API's Redis threads) and
+        // ServiceLifecycle (graceful shutdown; SIGHUP reloads the token file).
+        .package(url: "https://github.com/apple/swift-nio", exact: "2.101.3"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", exact: "2.13.0"),
     ],
     targets: [
         // C libraries from Debian, reached through pkg-config.
@@ -92,6 +98,21 @@ let package = Package(
         .target(
             name: "HeraldConfig", dependencies: [.product(name: "Yams", package: "Yams")],
             swiftSettings: swiftSettings),
+        // `herald api`: HTTP routes over the queue tools (enqueue, stats, dead letters, feedback),
+        // bearer-token auth, limits and its own metrics, on Hummingbird.
+        .target(
+            name: "HeraldAPI",
+            dependencies: [
+                "APNs", "Queue", "Transport", "Observability",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings),
         // Herald's version (in source) and the git commit it was built from (written at build time
         // by the BuildInfo plugin), for --version, the startup log line and herald_build_info.
         .target(name: "HeraldBuildInfo", swiftSettings: swiftSettings, plugins: ["BuildInfo"]),
@@ -101,7 +122,8 @@ let package = Package(
         .executableTarget(
             name: "herald",
             dependencies: [
-                "APNs", "Transport", "MockAPNs", "Queue", "Worker", "Observability", "LoadGen", "HeraldConfig", "HeraldBuildInfo",
+                "APNs", "Transport", "MockAPNs", "Queue", "Worker", "Observability", "LoadGen", "HeraldConfig",
+                "HeraldAPI", "HeraldBuildInfo",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -121,7 +143,7 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["APNs", "Transport", "MockAPNs", "Queue", "Worker", "LoadGen", "HeraldBuildInfo"],
+            dependencies: ["APNs", "Transport", "MockAPNs", "Queue", "Worker", "LoadGen", "HeraldAPI", "HeraldBuildInfo"],
             swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]

@@ -77,15 +77,9 @@ struct EnqueueCommand: ParsableCommand {
 
     func run() throws {
         let fields = try fields()
-        // Validate as the worker will; a missing topic is the worker's to fill in from its bundle id.
-        let defaults = JobDefaults(bundleID: notification.topic == nil && notification.bundleID == nil ? "com.example.validation" : nil)
-        switch JobDecoder.decode(entryID: StreamEntryID(milliseconds: 1, sequence: 0), fields: fields, defaults: defaults) {
-        case .failure(let error):
-            throw CommandFailure.badJobData("not enqueued (\(error.code)): \(error.description)")
-        case .success(let job):
-            if let bad = job.invalidTokens.first {
-                throw CommandFailure.badJobData("not enqueued (\(bad.error.code)): \(bad.error.description)")
-            }
+        // Validate as the worker will (`EnqueueCheck`, shared with `herald api`).
+        if let problem = EnqueueCheck.problems(fields).first {
+            throw CommandFailure.badJobData("not enqueued (\(problem.code)): \(problem.description)")
         }
         let replicas = waitReplicas ?? 0
         let waitMilliseconds = waitTimeout ?? 1000
