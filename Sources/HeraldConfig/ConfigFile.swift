@@ -13,6 +13,8 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     public var redis: String?
     /// A file holding the Redis password (the URL in `redis` should carry none).
     public var redisPasswordFile: String?
+    /// `redis` is a node of a Redis Cluster (also implied by a `redis+cluster://` URL).
+    public var redisCluster: Bool?
     public var queue: String?
     public var batch: Int?
     public var claimIdle: Int?
@@ -29,6 +31,7 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     public enum CodingKeys: String, CodingKey, CaseIterable {
         case redis, queue, batch, threads, apps
         case redisPasswordFile = "redis_password_file"
+        case redisCluster = "redis_cluster"
         case claimIdle = "claim_idle"
         case maxAttempts = "max_attempts"
         case maxDeliveries = "max_deliveries"

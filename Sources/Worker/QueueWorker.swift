@@ -22,7 +22,13 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     public let lanes: [AppLane]
     /// The first app's pool (the only one in a single-app worker).
     public var pool: ConnectionPool { lanes[0].pool }
-    private let endpoint: RedisEndpoint
+    private var endpoint: RedisEndpoint
+    /// Set on a Redis Cluster: where the queue's slot lives, asked before each (re)connect.
+    private let cluster: RedisClusterRouter?
+    /// The queue's slot (its `{queue}` hash tag) when on a cluster.
+    private let slot: Int
+    /// Redirects followed in a row without a read succeeding (MOVED, ASK, TRYAGAIN, CLUSTERDOWN).
+    private var redirectsInARow = 0
     private let time: TimeSource
     private var logger: Logger
     /// The delivery rules: every job's state and outcome.
@@ -70,20 +76,25 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
 
     /// A single-app worker: jobs without an `app` field (or `app` = `default`) use `pool`.
     public convenience init(loop: EventLoop, configuration: WorkerConfiguration, pool: ConnectionPool, redis: RedisEndpoint,
-                            time: TimeSource = .system, logger: Logger) {
+                            cluster: RedisClusterRouter? = nil, time: TimeSource = .system, logger: Logger) {
         self.init(loop: loop, configuration: configuration,
                   apps: [WorkerApp(name: WorkerApp.defaultName, pool: pool, defaults: configuration.defaults)],
-                  redis: redis, time: time, logger: logger)
+                  redis: redis, cluster: cluster, time: time, logger: logger)
     }
 
     /// A worker for several apps; a job names its app with the `app` field (default `default`).
+    ///
+    /// With `cluster`, the queue's connections go to the master of its slot, as the router says
+    /// (`redis` is then only what logs show until the first route is known).
     public init(loop: EventLoop, configuration: WorkerConfiguration, apps: [WorkerApp], redis: RedisEndpoint,
-                time: TimeSource = .system, logger: Logger) {
+                cluster: RedisClusterRouter? = nil, time: TimeSource = .system, logger: Logger) {
         precondition(!apps.isEmpty, "a worker needs at least one app")
         self.loop = loop
         self.configuration = configuration
         lanes = apps.map { AppLane(app: $0, queue: configuration.keys.queue) }
         self.endpoint = redis
+        self.cluster = cluster
+        self.slot = RedisClusterSlot.of(queue: configuration.keys.queue)
         self.time = time
         self.logger = logger
         self.logger[metadataKey: "queue"] = "\(configuration.keys.queue)"
@@ -191,6 +202,29 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     private func connectRedis() {
         reconnectTimer = nil
         guard phase == .running || phase == .draining else { return }
+        guard let cluster else {
+            openConnections()
+            return
+        }
+        // On a cluster, first where the queue's slot lives (the map is read again when stale).
+        cluster.endpoint(forSlot: slot) { [weak self] result in
+            guard let self, self.reconnectTimer == nil, self.reader == nil,
+                  self.phase == .running || self.phase == .draining else { return }
+            switch result {
+            case .success(let endpoint):
+                if endpoint != self.endpoint {
+                    self.logger.info("queue routed to Redis Cluster node", metadata: [
+                        "node": "\(endpoint.host):\(endpoint.port)", "slot": "\(self.slot)"])
+                }
+                self.endpoint = endpoint
+                self.openConnections()
+            case .failure(let error):
+                self.connectionAttemptFailed(error)
+            }
+        }
+    }
+
+    private func openConnections() {
         let reader = RedisConnection(loop: loop, endpoint: endpoint)
         let writer = RedisConnection(loop: loop, endpoint: endpoint)
         reader.delegate = self
@@ -206,7 +240,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
 
     public func redisConnectionIsReady(_ connection: RedisConnection) {
         guard let reader, let writer, reader.isReady, writer.isReady else { return }
-        if redisFailures > 0 { logger.info("Redis connection restored", metadata: ["redis": "\(endpoint)"]) }
+        if redisFailures > 0 || redirectsInARow > 0 { logger.info("Redis connection restored", metadata: ["redis": "\(endpoint)"]) }
         redisFailures = 0
         ensureGroup(replayingUnconfirmed: true)
     }
@@ -222,6 +256,13 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         other?.close()
         readInFlight = false
         claimInFlight = false
+        // A node that went away may have been failed over: read the slot map again first.
+        cluster?.invalidate()
+        connectionAttemptFailed(error)
+    }
+
+    /// Counts one failed attempt and schedules the next after the reconnect backoff.
+    private func connectionAttemptFailed(_ error: RedisError) {
         guard phase == .running || phase == .draining else { return }
         redisFailures += 1
         let delay = Backoff.reconnect.delayMilliseconds(afterFailures: redisFailures, using: &random)
@@ -245,6 +286,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         writer?.send(["XGROUP", "CREATE", keys.jobs, keys.group, "0", "MKSTREAM"]) { [weak self] result in
             guard let self else { return }
             switch result {
+            case .success(.error(let message)) where self.followClusterRedirect(message):
+                return
             case .success(.error(let message)) where !message.hasPrefix("BUSYGROUP"):
                 self.logger.error("cannot create the consumer group", metadata: ["error": "\(message)"])
                 self.redisErrors += 1
@@ -265,6 +308,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
 
     private func handleRedisError(_ message: String) {
         redisErrors += 1
+        if followClusterRedirect(message) { return }
         if message.hasPrefix("NOGROUP") {
             // Redis lost the stream or group (restart without data): recreate it and go on.
             logger.warning("consumer group missing; recreating it", metadata: ["error": "\(message)"])
@@ -273,6 +317,67 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         } else {
             logger.error("Redis error", metadata: ["error": "\(message)"])
         }
+    }
+
+    // MARK: Redis Cluster
+
+    /// On a cluster, an error reply saying the queue's slot is served elsewhere (MOVED), is being
+    /// migrated (ASK, TRYAGAIN) or is not served right now (CLUSTERDOWN, a READONLY replica)
+    /// replaces the queue's connection pair: the same path as a lost connection, which is
+    /// what makes it safe. Commands still unanswered on the old pair fail; the unconfirmed
+    /// outcome batches are written again on the new pair before the next read, and the pending
+    /// list is read again from its start (entries already held are not taken twice).
+    ///
+    /// MOVED updates the map at once and reconnects without waiting (then with a short backoff if
+    /// redirects repeat); ASK and TRYAGAIN mean a migration of the queue's slot is under way: the
+    /// worker's batches touch several keys of the slot, which Redis cannot serve while they are
+    /// split between two nodes, so it waits (100 ms, doubling to 5 s) until the slot has moved
+    /// and MOVED says where. CLUSTERDOWN and READONLY mark the map stale.
+    ///
+    /// `EXECABORT` counts too: inside MULTI a MOVED or ASK is the reply of the command being queued
+    /// (which the batch does not read), and it makes Redis discard the whole transaction, so none
+    /// of the batch was applied and writing it again on the right node cannot apply it twice.
+    /// Returns false for every other error, and always when not on a cluster.
+    private func followClusterRedirect(_ message: String) -> Bool {
+        guard let cluster else { return false }
+        let redirect = RedisClusterRedirect(errorMessage: message)
+        guard redirect != nil || message.hasPrefix("EXECABORT") else { return false }
+        // Already replacing the pair (several replies of one pipeline said so).
+        guard reader != nil || writer != nil, reconnectTimer == nil else { return true }
+        redirectsInARow += 1
+        var delay = QueueWorker.redirectDelay(redirectsInARow)
+        switch redirect {
+        case .moved(let movedSlot, let node):
+            cluster.moved(slot: movedSlot, to: node)
+            if redirectsInARow == 1 { delay = 0 }
+        case .ask, .tryAgain:
+            break
+        case .clusterDown, .notMaster, nil:
+            cluster.invalidate()
+        }
+        let logMetadata: Logger.Metadata = ["reply": "\(message.prefix(120))", "slot": "\(slot)", "reconnect_ms": "\(delay)"]
+        if redirectsInARow == 1 || redirectsInARow % 10 == 0 {
+            logger.notice("Redis Cluster redirect: reconnecting the queue to its slot's master", metadata: logMetadata)
+        } else {
+            logger.debug("Redis Cluster redirect: reconnecting the queue to its slot's master", metadata: logMetadata)
+        }
+        let (oldReader, oldWriter) = (reader, writer)
+        reader = nil
+        writer = nil
+        groupReady = false
+        readInFlight = false
+        claimInFlight = false
+        for connection in [oldReader, oldWriter] {
+            connection?.delegate = nil
+            connection?.close()
+        }
+        reconnectTimer = loop.schedule(afterMilliseconds: delay) { [weak self] in self?.connectRedis() }
+        return true
+    }
+
+    /// 100 ms after the first redirect in a row, doubling to 5 s.
+    static func redirectDelay(_ inARow: Int) -> Int64 {
+        min(5_000, 100 << Int64(min(6, max(0, inARow - 1))))
     }
 
     // MARK: reading
@@ -340,6 +445,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             case .success(.failure(let error)):
                 if case .server(let message) = error { self.handleRedisError(message) }
             case .success(.success(let read)):
+                self.redirectsInARow = 0
                 let (entries, deferredAfter) = QueueWorker.deferringOverBudget(read)
                 if self.recoveringPending {
                     if read.isEmpty {

@@ -52,7 +52,11 @@ struct EnqueueCommand: ParsableCommand {
             throw ValidationError("--id with --count would send one apns-id many times; leave --id out and Herald derives one per entry")
         }
         let keys = queueOptions.keys()
-        let endpoint = try queueOptions.endpoint()
+        var endpoint = try queueOptions.endpoint()
+        if try queueOptions.isCluster() {
+            // The queue's keys live on one master: XADD goes straight to it.
+            endpoint = try ClusterRedisClient(seeds: queueOptions.clusterSeeds()).endpoint(forQueue: keys.queue)
+        }
         let loop = try EventLoop()
         let connection = RedisConnection(loop: loop, endpoint: endpoint)
         let enqueue = Enqueuer(loop: loop, connection: connection, keys: keys, fields: fields, count: count,

@@ -10,6 +10,10 @@ struct QueueOptions: ParsableArguments {
     @Option(name: .customLong("redis-password-file"), help: "A file holding the Redis password (env HERALD_REDIS_PASSWORD_FILE; or HERALD_REDIS_PASSWORD holding the password itself). Wins over a password in the URL.")
     var redisPasswordFile: String?
 
+    @Flag(name: .customLong("redis-cluster"),
+          help: "The --redis URL is a node of a Redis Cluster: each queue's commands go to the master of its slot (env HERALD_REDIS_CLUSTER=true; default off). A redis+cluster://host:port,host:port/ URL implies it.")
+    var redisCluster = false
+
     @Option(help: "Queue name: keys are herald:{QUEUE}:jobs, :retry, :dead, :feedback (env HERALD_QUEUE; default default).")
     var queue: String?
 
@@ -18,6 +22,10 @@ struct QueueOptions: ParsableArguments {
     /// (`configPasswordFile`), the URL.
     func endpoint(configPasswordFile: String? = nil) throws -> RedisEndpoint {
         let url = redis ?? environmentValue("REDIS") ?? "redis://127.0.0.1:6379"
+        if RedisClusterSeeds.isClusterURL(url) {
+            // A tool given a cluster URL talks to the first seed unless it routes (see `toolClient`).
+            return try clusterSeeds(configPasswordFile: configPasswordFile).endpoints[0]
+        }
         var endpoint: RedisEndpoint
         do {
             endpoint = try RedisEndpoint(url: url)
@@ -32,6 +40,47 @@ struct QueueOptions: ParsableArguments {
             endpoint.password = password
         }
         return endpoint
+    }
+
+    /// Whether the Redis is a cluster: `--redis-cluster`, HERALD_REDIS_CLUSTER, the config
+    /// file's `redis_cluster` (`configCluster`), or a `redis+cluster://` URL.
+    func isCluster(configCluster: Bool? = nil, url configURL: String? = nil) throws -> Bool {
+        let url = redis ?? environmentValue("REDIS") ?? configURL ?? ""
+        if RedisClusterSeeds.isClusterURL(url) { return true }
+        if redisCluster { return true }
+        if let text = environmentValue("REDIS_CLUSTER") {
+            switch text.lowercased() {
+            case "1", "true", "yes", "on": return true
+            case "0", "false", "no", "off": return false
+            default: throw ValidationError("HERALD_REDIS_CLUSTER must be true or false, not \(text)")
+            }
+        }
+        return configCluster ?? false
+    }
+
+    /// The cluster's seed nodes with the password resolved as for `endpoint(configPasswordFile:)`.
+    func clusterSeeds(configPasswordFile: String? = nil, configURL: String? = nil) throws -> RedisClusterSeeds {
+        let url = redis ?? environmentValue("REDIS") ?? configURL ?? "redis://127.0.0.1:6379"
+        do {
+            var seeds: RedisClusterSeeds
+            if RedisClusterSeeds.isClusterURL(url) {
+                seeds = try RedisClusterSeeds(url: url)
+            } else {
+                seeds = try RedisClusterSeeds(endpoints: [try RedisEndpoint(url: url)])
+            }
+            if redis != nil && seeds.endpoints[0].password != nil {
+                printWarning("the Redis password in --redis is visible to every local user (ps, /proc/PID/cmdline); "
+                    + "give it with --redis-password-file or HERALD_REDIS_PASSWORD instead")
+            }
+            if let password = try RedisPassword.resolve(flagFile: redisPasswordFile, configFile: configPasswordFile) {
+                var endpoints = seeds.endpoints
+                for index in endpoints.indices { endpoints[index].password = password }
+                seeds = try RedisClusterSeeds(endpoints: endpoints)
+            }
+            return seeds
+        } catch let error as RedisError {
+            throw ValidationError(error.description)
+        }
     }
 
     func keys() -> QueueKeys {

@@ -160,8 +160,10 @@ indirect enum ToolJSON {
 
 extension QueueOptions {
     /// A blocking client for the queue tools; the first command reports an unreachable Redis
-    /// with its URL (password hidden) and how to point --redis elsewhere.
-    func blockingClient() throws -> BlockingRedisClient {
-        try BlockingRedisClient(endpoint: endpoint())
+    /// with its URL (password hidden) and how to point --redis elsewhere. On a Redis Cluster
+    /// (`--redis-cluster`, a `redis+cluster://` URL) each command goes to its key's master.
+    func blockingClient() throws -> any QueueToolRedis {
+        if try isCluster() { return try ClusterRedisClient(seeds: clusterSeeds()) }
+        return try BlockingRedisClient(endpoint: endpoint())
     }
 }

@@ -50,6 +50,9 @@ struct WorkerCommand: ParsableCommand {
         if queueSettings.redis == nil && environmentValue("REDIS") == nil { queueSettings.redis = file?.redis }
         if queueSettings.queue == nil && environmentValue("QUEUE") == nil { queueSettings.queue = file?.queue }
         let endpoint = try queueSettings.endpoint(configPasswordFile: file?.redisPasswordFile)
+        // On a Redis Cluster each loop routes its queue to the master of the queue's slot.
+        let clusterSeeds = try queueSettings.isCluster(configCluster: file?.redisCluster)
+            ? try queueSettings.clusterSeeds(configPasswordFile: file?.redisPasswordFile) : nil
         let keys = queueSettings.keys()
         let apps = try resolveApps(file: file)
         let threadCount = try threads ?? intEnvironment("THREADS") ?? file?.threads ?? 1
@@ -135,7 +138,9 @@ struct WorkerCommand: ParsableCommand {
                         pool.credentialsReloader = app.credentials?.reloader
                         workerApps.append(WorkerApp(name: app.name, pool: pool, defaults: app.defaults))
                     }
-                    let worker = QueueWorker(loop: thread.loop, configuration: consumerConfig, apps: workerApps, redis: endpoint, logger: threadLogger)
+                    let router = clusterSeeds.map { RedisClusterRouter(loop: thread.loop, seeds: $0, logger: threadLogger) }
+                    let worker = QueueWorker(loop: thread.loop, configuration: consumerConfig, apps: workerApps, redis: endpoint,
+                                             cluster: router, logger: threadLogger)
                     let publisher = WorkerMetrics(metrics: metrics, health: health, loopIndex: index, worker: worker)
                     worker.onStopped = {
                         publisher.stop()
@@ -153,7 +158,7 @@ struct WorkerCommand: ParsableCommand {
         }
         for app in apps {
             logger.info("worker started", metadata: [
-                "queue": "\(keys.queue)", "redis": "\(endpoint)", "app": "\(app.name)", "apns": "\(app.pool.host):\(app.pool.port)",
+                "queue": "\(keys.queue)", "redis": "\(clusterSeeds?.description ?? endpoint.description)", "app": "\(app.name)", "apns": "\(app.pool.host):\(app.pool.port)",
                 "auth": "\(app.credentials == nil ? "certificate" : "token")", "threads": "\(threadCount)",
                 "connections": "\(app.pool.connections)", "max_streams": "\(app.pool.maxStreams)",
             ])

@@ -1,0 +1,268 @@
+import APNs
+import Foundation
+import Glibc
+import Queue
+import Testing
+import Transport
+
+extension IntegrationTests {
+    /// Herald on a real Redis Cluster (`RedisClusterFixture`: 3 masters, 3 replicas, started by
+    /// the test on free ports): the slot function against Redis' own answers, the tools' routing
+    /// with MOVED and ASK forced by a real slot migration, and workers that follow a master's
+    /// failover while every job is counted.
+    @Suite
+    struct RedisClusterTests {
+        /// Six shards whose `{alerts-N}` hash tags fall two on each of the three equal slot ranges
+        /// `redis-cli --cluster create` hands out (0–5460, 5461–10922, 10923–16383). The tests
+        /// check the spread against the live map rather than trusting this comment.
+        static let shards = (0..<6).map { "alerts-\($0)" }
+
+        @Test
+        func slotFunctionAgreesWithRedis() throws {
+            let cluster = try RedisClusterFixture()
+            defer { cluster.stop() }
+            let node = try BlockingRESP(port: cluster.nodes[0].port)
+            defer { node.close() }
+            var keys = ["123456789", "{user1000}.following", "foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}", "{}", "{", "}", "", "é{ü}"]
+            for queue in Self.shards + ["default", "orders"] {
+                keys += ["herald:{\(queue)}:jobs", "herald:{\(queue)}:retry", "herald:{\(queue)}:dead", "herald:{\(queue)}:feedback"]
+            }
+            for index in 0..<200 { keys.append("key-\(index * 7919)") }
+            for key in keys {
+                let answer = try node.command(["CLUSTER", "KEYSLOT", key])
+                #expect(answer.integer.map(Int.init) == RedisClusterSlot.of(key: key), "CLUSTER KEYSLOT \(key)")
+            }
+            for queue in Self.shards {
+                #expect(try node.command(["CLUSTER", "KEYSLOT", "herald:{\(queue)}:jobs"]).integer.map(Int.init) == RedisClusterSlot.of(queue: queue))
+            }
+        }
+
+        @Test
+        func toolsRouteByKeyAndFollowAskAndMoved() throws {
+            let cluster = try RedisClusterFixture()
+            defer { cluster.stop() }
+            let client = try ClusterRedisClient(seeds: cluster.seeds)
+            let live = try cluster.map()
+
+            // The six shards land on all three masters, two on each.
+            let owners = try Self.shards.map { try client.owner(ofSlot: RedisClusterSlot.of(queue: $0)) }
+            #expect(Set(owners).count == 3, "shards spread over \(owners)")
+            for (shard, owner) in zip(Self.shards, owners) {
+                #expect(live.owner(ofSlot: RedisClusterSlot.of(queue: shard)) == owner, "CLUSTER SHARDS and CLUSTER SLOTS agree on \(shard)")
+            }
+
+            // Each queue's commands reach its own master: the entry is there and nowhere else.
+            for shard in Self.shards {
+                let keys = QueueKeys(queue: shard)
+                let replies = try client.pipeline([["XADD", .text(keys.jobs), "*", "token", "aa", "payload", "{}"], ["XLEN", .text(keys.jobs)]])
+                #expect(replies[1].integer == 1, "\(shard): \(replies)")
+            }
+            for (shard, owner) in zip(Self.shards, owners) {
+                for node in Set(owners) {
+                    let direct = try BlockingRESP(port: node.port)
+                    defer { direct.close() }
+                    let length = try direct.command(["XLEN", QueueKeys(queue: shard).jobs])
+                    if node == owner {
+                        #expect(length.integer == 1)
+                    } else {
+                        #expect(length.string == nil && length.isError, "\(node) must redirect \(shard), answered \(length)")
+                    }
+                }
+            }
+
+            // A real migration of alerts-0's slot from its master to another: once the jobs stream
+            // moved, its master answers ASK for it, and the client follows without changing its map.
+            let keys = QueueKeys(queue: Self.shards[0])
+            let slot = RedisClusterSlot.of(queue: keys.queue)
+            let source = owners[0]
+            let target = try #require(Set(owners).first { $0 != source })
+            let sourceNode = try BlockingRESP(port: source.port)
+            let targetNode = try BlockingRESP(port: target.port)
+            defer { sourceNode.close(); targetNode.close() }
+            let sourceID = try #require(try sourceNode.command(["CLUSTER", "MYID"]).string)
+            let targetID = try #require(try targetNode.command(["CLUSTER", "MYID"]).string)
+            #expect(try targetNode.command(["CLUSTER", "SETSLOT", String(slot), "IMPORTING", sourceID]).string == "OK")
+            #expect(try sourceNode.command(["CLUSTER", "SETSLOT", String(slot), "MIGRATING", targetID]).string == "OK")
+            let migrated = try sourceNode.command(["MIGRATE", "127.0.0.1", String(target.port), "", "0", "5000", "KEYS", keys.jobs])
+            #expect(migrated.string == "OK", "MIGRATE: \(migrated)")
+            let asked = try BlockingRESP(port: source.port)
+            defer { asked.close() }
+            let redirect = try asked.command(["XLEN", keys.jobs])
+            guard case .error(let message) = redirect, case .ask(slot, target)? = RedisClusterRedirect(errorMessage: message) else {
+                Issue.record("the source should answer ASK for a migrated key, answered \(redirect)")
+                return
+            }
+            #expect(try client.run(["XLEN", .text(keys.jobs)]).integer == 1, "followed ASK to the importing node")
+            // A new key of the migrating slot goes to the target too (ASK), and lands there.
+            try client.run(["XADD", .text(keys.dead), "*", "reason", "test"])
+            #expect(try client.owner(ofSlot: slot) == source, "ASK must not change the map")
+            #expect(try targetNode.command(["ASKING"]).string == "OK")
+            #expect(try targetNode.command(["XLEN", keys.dead]).integer == 1)
+
+            // The migration ends: every master learns the new owner; the client's stale map gets
+            // MOVED from the source and follows it.
+            for node in Set(owners) {
+                let connection = try BlockingRESP(port: node.port)
+                defer { connection.close() }
+                #expect(try connection.command(["CLUSTER", "SETSLOT", String(slot), "NODE", targetID]).string == "OK")
+            }
+            #expect(try client.run(["XLEN", .text(keys.jobs)]).integer == 1)
+            #expect(try client.owner(ofSlot: slot) == target, "MOVED updated the map")
+
+            // The command line tools on the cluster: enqueue routes to the queue's master, stats
+            // finds every queue on every master.
+            let enqueue = try runHerald(["enqueue", "--redis", cluster.url, "--queue", Self.shards[3],
+                                         "--token", WorkerHarness.deviceToken(1), "--payload", #"{"aps":{"alert":"hi"}}"#])
+            #expect(enqueue.status == 0, "\(enqueue.stderr)")
+            let stats = try runHerald(["stats", "--redis", cluster.firstNodeURL, "--redis-cluster", "--all-queues"])
+            #expect(stats.status == 0, "\(stats.stderr)")
+            for shard in Self.shards { #expect(stats.stdout.contains(shard), "stats lists \(shard): \(stats.stdout)") }
+            let one = try runHerald(["stats", "--queue", Self.shards[3], "--json"], environment: ["HERALD_REDIS": cluster.url])
+            #expect(one.status == 0, "\(one.stderr)")
+            let document = try JSONSerialization.jsonObject(with: Data(one.stdout.utf8)) as? [String: Any]
+            let queues = document?["queues"] as? [[String: Any]]
+            #expect(queues?.first?["depth"] as? Int == 2, "\(one.stdout)")
+            // A plain redis:// URL without --redis-cluster at a cluster node fails clearly on a
+            // queue another master serves (the node's MOVED is the message), never silently.
+            let wrongNode = try #require(cluster.nodes.first { node in
+                node.port != target.port && owners.contains { $0.port == node.port }
+            })
+            let plain = try runHerald(["enqueue", "--redis", "redis://127.0.0.1:\(wrongNode.port)", "--queue", Self.shards[0],
+                                       "--token", WorkerHarness.deviceToken(2), "--payload", "{}"])
+            #expect(plain.status != 0 && plain.stderr.contains("MOVED"), "\(plain.stderr)")
+        }
+
+        @Test
+        func workersFollowAMasterFailoverAndEveryJobIsCounted() async throws {
+            signal(SIGPIPE, SIG_IGN)
+            let cluster = try RedisClusterFixture()
+            defer { cluster.stop() }
+            let emulator = try await EmulatorHost()
+            defer { emulator.shutdown() }
+            let client = try ClusterRedisClient(seeds: cluster.seeds)
+            let owners = try Self.shards.map { try client.owner(ofSlot: RedisClusterSlot.of(queue: $0)) }
+            #expect(Set(owners).count == 3, "shards spread over \(owners)")
+
+            // Jobs carry their own apns-id, so the emulator can say how often each one arrived.
+            var apnsIDs: [String] = []
+            var enqueued: [String: Int] = [:]
+            func enqueue(round: Int, perShard: Int) async throws {
+                for shard in Self.shards {
+                    var commands: [[RedisArgument]] = []
+                    for index in 0..<perShard {
+                        let number = apnsIDs.count
+                        let id = String(format: "00000000-0000-4000-8000-%012x", number)
+                        apnsIDs.append(id)
+                        commands.append(["XADD", .text(QueueKeys(queue: shard).jobs), "*", "token", .text(WorkerHarness.deviceToken(number)),
+                                         "payload", .text(WorkerHarness.payload(index)), "id", .text(id)])
+                    }
+                    // WAIT 1 on the master's own connection: acknowledged writes are on its replica
+                    // before the test counts them as enqueued. A master that just died is retried
+                    // until the cluster has promoted its replica.
+                    commands.append(["WAIT", "1", "5000"])
+                    try await waitFor("\(shard) round \(round) enqueued and replicated", timeout: .seconds(60), interval: .milliseconds(200)) {
+                        do {
+                            client.reconnect()
+                            let node = try BlockingRedisClient(endpoint: try client.endpoint(forQueue: shard))
+                            let replies = try node.pipeline(commands)
+                            return replies.dropLast().allSatisfy { !$0.isError } && (replies.last?.integer ?? 0) >= 1
+                        } catch {
+                            return false
+                        }
+                    }
+                    enqueued[shard, default: 0] += perShard
+                }
+            }
+            try await enqueue(round: 1, perShard: 300)
+
+            // One worker process per shard until a worker reads several queues; each is a plain
+            // `herald worker --redis redis+cluster://… --queue SHARD`.
+            var workers: [WorkerProcess] = []
+            defer { for worker in workers where worker.isRunning { worker.signal(SIGKILL) } }
+            for shard in Self.shards {
+                workers.append(try WorkerProcess(
+                    arguments: ["--redis", cluster.url, "--queue", shard, "--no-metrics", "--connections", "1",
+                                "--consumer", "cluster-\(shard)", "--log-level", "info"] + emulator.workerArguments,
+                    logPath: emulator.directory.path("worker-\(shard).log")))
+            }
+            try await waitFor("the workers deliver", timeout: .seconds(60)) {
+                try await emulator.statistics().acceptedUnique >= 300
+            }
+
+            // kill -9 the master of alerts-0 mid-run; its replica takes over.
+            let victim = owners[0]
+            cluster.kill(port: victim.port)
+            try await waitFor("a replica is promoted and the cluster is ok", timeout: .seconds(60), interval: .milliseconds(200)) {
+                cluster.healthProblem() == nil
+            }
+            let promoted = try cluster.masterPort(ofSlot: RedisClusterSlot.of(queue: Self.shards[0]))
+            #expect(promoted != victim.port)
+
+            // More jobs after the failover, to every shard (the failed-over one on its new master).
+            try await enqueue(round: 2, perShard: 200)
+
+            let total = apnsIDs.count
+            var ledger = ""
+            let settled = try await waitFor("every job is delivered and every queue is empty", timeout: .seconds(120),
+                                            interval: .milliseconds(250), failOnTimeout: false) {
+                var lines: [String] = []
+                var empty = true
+                for shard in Self.shards {
+                    let keys = QueueKeys(queue: shard)
+                    do {
+                        client.reconnect()
+                        let replies = try client.pipeline([["XLEN", .text(keys.jobs)], ["XPENDING", .text(keys.jobs), .text(keys.group)],
+                                                           ["ZCARD", .text(keys.retry)], ["XLEN", .text(keys.dead)], ["XLEN", .text(keys.feedback)]])
+                        let pending = replies[1].array?.first?.integer ?? -1
+                        lines.append("\(shard): stream \(replies[0].integer ?? -1), pending \(pending), retry \(replies[2].integer ?? -1), "
+                                     + "dead \(replies[3].integer ?? -1), feedback \(replies[4].integer ?? -1)")
+                        if replies[0].integer != 0 || pending != 0 || replies[2].integer != 0 { empty = false }
+                    } catch {
+                        lines.append("\(shard): \(error)")
+                        empty = false
+                    }
+                }
+                let statistics = try await emulator.statistics()
+                ledger = "accepted unique \(statistics.acceptedUnique) of \(total), duplicates \(statistics.duplicates); " + lines.joined(separator: "; ")
+                return empty && statistics.acceptedUnique >= total
+            }
+            #expect(settled, "\(ledger)\n\(workers.map { "worker log:\n\($0.logTail(1500))" }.joined(separator: "\n"))\n\(cluster.logs())")
+
+            // Every job exactly accounted for: each apns-id accepted at least once, none lost, no
+            // dead letters or dead tokens (the emulator accepts every token); duplicates are only
+            // what at-least-once allows around the failover (acknowledgements the dead master
+            // had not yet replicated), and are reported.
+            let counts = try await emulator.acceptedCounts(apnsIDs)
+            let missing = counts.enumerated().filter { $0.element == 0 }.map { apnsIDs[$0.offset] }
+            #expect(missing.isEmpty, "never delivered: \(missing.prefix(20)) (\(missing.count)); \(ledger)")
+            let duplicates = counts.reduce(0) { $0 + max(0, $1 - 1) }
+            let statistics = try await emulator.statistics()
+            #expect(statistics.acceptedUnique == total)
+            #expect(statistics.rejected.isEmpty, "\(statistics.rejected)")
+            print("cluster failover: \(total) jobs on \(Self.shards.count) shards, killed master \(victim) (promoted \(promoted)); "
+                  + "delivered \(statistics.acceptedUnique) unique, \(duplicates) duplicates (at least once)")
+            #expect(duplicates <= total, "duplicates must stay bounded by what was in flight: \(duplicates)")
+            for worker in workers { #expect(worker.isRunning, "no worker crashed: \(worker.logTail(1500))") }
+            #expect(workers.contains { $0.logTail(100_000).contains("Redis Cluster") }, "a worker logged following the cluster")
+        }
+
+        /// Runs the herald binary to its end; no HERALD_* settings from the developer's shell.
+        func runHerald(_ arguments: [String], environment extra: [String: String] = [:]) throws -> (status: Int32, stdout: String, stderr: String) {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: try WorkerHarness.heraldBinary())
+            process.arguments = arguments
+            var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("HERALD_") }
+            for (name, value) in extra { environment[name] = value }
+            process.environment = environment
+            let out = Pipe(), err = Pipe()
+            process.standardOutput = out
+            process.standardError = err
+            process.standardInput = FileHandle.nullDevice
+            try process.run()
+            let stdout = out.fileHandleForReading.readDataToEndOfFile()
+            let stderr = err.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return (process.terminationStatus, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self))
+        }
+    }
+}
