@@ -32,7 +32,6 @@ final class RedisClusterFixture: @unchecked Sendable {
     init(masters: Int = 3) throws {
         self.masters = masters
         directory = try TemporaryDirectory(prefix: "herald-cluster")
-        let server = try RedisServer.executable()
         for index in 0..<(masters * 2) {
             var lastError: (any Error)? = nil
             var started: Node? = nil
@@ -40,34 +39,12 @@ final class RedisClusterFixture: @unchecked Sendable {
                 let port = try RedisServer.freePort()
                 let nodeDirectory = directory.path("node-\(index)")
                 try FileManager.default.createDirectory(atPath: nodeDirectory, withIntermediateDirectories: true)
-                let process = Process()
-                process.executableURL = URL(fileURLWithPath: server)
-                process.arguments = [
-                    "--port", String(port), "--bind", "127.0.0.1", "--dir", nodeDirectory, "--save", "", "--appendonly", "no",
-                    "--daemonize", "no", "--protected-mode", "no", "--logfile", nodeDirectory + "/redis.log",
-                    "--cluster-enabled", "yes", "--cluster-config-file", nodeDirectory + "/nodes.conf",
-                    "--cluster-node-timeout", "1000",
-                ]
-                process.standardInput = FileHandle.nullDevice
-                process.standardOutput = FileHandle.nullDevice
-                process.standardError = FileHandle.nullDevice
                 do {
-                    try process.run()
+                    started = Node(port: port, directory: nodeDirectory, process: try RedisClusterFixture.launch(port: port, directory: nodeDirectory))
+                    break
                 } catch {
                     lastError = error
-                    continue
                 }
-                let deadline = EventLoop.monotonicMilliseconds() + 10_000
-                while EventLoop.monotonicMilliseconds() < deadline && process.isRunning && !RedisServer.ping(port: port) {
-                    usleep(10_000)
-                }
-                if process.isRunning && RedisServer.ping(port: port) {
-                    started = Node(port: port, directory: nodeDirectory, process: process)
-                    break
-                }
-                if process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
-                process.waitUntilExit()
-                lastError = RedisServerError("cluster node on port \(port) did not answer PING")
             }
             guard let started else {
                 stop()
@@ -85,6 +62,37 @@ final class RedisClusterFixture: @unchecked Sendable {
     }
 
     deinit { stop() }
+
+    /// Starts one cluster node and waits until it answers PING.
+    private static func launch(port: Int, directory nodeDirectory: String) throws -> Process {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: try RedisServer.executable())
+        process.arguments = [
+            "--port", String(port), "--bind", "127.0.0.1", "--dir", nodeDirectory, "--save", "", "--appendonly", "no",
+            "--daemonize", "no", "--protected-mode", "no", "--logfile", nodeDirectory + "/redis.log",
+            "--cluster-enabled", "yes", "--cluster-config-file", nodeDirectory + "/nodes.conf",
+            "--cluster-node-timeout", "1000",
+        ]
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let deadline = EventLoop.monotonicMilliseconds() + 10_000
+        while EventLoop.monotonicMilliseconds() < deadline && process.isRunning && !RedisServer.ping(port: port) {
+            usleep(10_000)
+        }
+        if process.isRunning && RedisServer.ping(port: port) { return process }
+        if process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+        throw RedisServerError("cluster node on port \(port) did not answer PING")
+    }
+
+    /// Starts a killed node again on its port with its `nodes.conf`: it rejoins the cluster, as
+    /// a replica of whoever took its slots over, and copies its data from that master.
+    func restart(port: Int) throws {
+        guard let index = nodes.firstIndex(where: { $0.port == port }), nodes[index].process == nil else { return }
+        nodes[index].process = try RedisClusterFixture.launch(port: port, directory: nodes[index].directory)
+    }
 
     private func create() throws {
         let output = try RedisClusterFixture.redisCLI(
