@@ -16,6 +16,10 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     /// `redis` is a node of a Redis Cluster (also implied by a `redis+cluster://` URL).
     public var redisCluster: Bool?
     public var queue: String?
+    /// Several queues for one worker (`--queues`); excludes `shards`.
+    public var queues: [String]?
+    /// `queue`-0 … `queue`-(N-1) (`--shards`).
+    public var shards: Int?
     public var batch: Int?
     public var claimIdle: Int?
     public var maxAttempts: Int?
@@ -29,7 +33,7 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     public var apps: [String: App]?
 
     public enum CodingKeys: String, CodingKey, CaseIterable {
-        case redis, queue, batch, threads, apps
+        case redis, queue, queues, shards, batch, threads, apps
         case redisPasswordFile = "redis_password_file"
         case redisCluster = "redis_cluster"
         case claimIdle = "claim_idle"

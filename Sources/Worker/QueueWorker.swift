@@ -4,17 +4,24 @@ import Observability
 import Queue
 import Transport
 
-/// Herald's Redis consumer on one event loop: it reads jobs from a Redis stream in batches,
-/// feeds them to `DeliveryRules`, hands the notifications the rules pick to each app's
-/// `ConnectionPool`, and writes the batches of outcomes the rules produce.
+/// Herald's Redis consumer on one event loop: it reads jobs from one or more Redis streams (the
+/// worker's queues) in batches, feeds them to `DeliveryRules`, hands the notifications the rules
+/// pick to each app's `ConnectionPool`, and writes the batches of outcomes the rules produce.
 ///
-/// Only the I/O lives here: the Redis connection pair and its reconnects, the consumer group,
-/// XREADGROUP (the pending list first), XAUTOCLAIM and XPENDING, the MULTI/EXEC of each batch,
-/// and the timers (retry promotion, claims, pauses, drain). Every decision about a job (collapse,
-/// expiry, resend, retry, dead letter, feedback, hand-back, what to acknowledge when) is made by
-/// `DeliveryRules`, which has no sockets and is tested on its own with random event sequences.
-/// The reader never asks for more entries than the pools have free stream slots plus a small
-/// read-ahead, so a backlog of millions costs no memory here. Loop-confined.
+/// Only the I/O lives here: each queue's Redis connection pair and its reconnects, its consumer
+/// group, XREADGROUP (the pending list first), XAUTOCLAIM and XPENDING, the MULTI/EXEC of each
+/// batch, and the timers (retry promotion, claims, pauses, drain). Every decision about a job
+/// (collapse, expiry, resend, retry, dead letter, feedback, hand-back, what to acknowledge when)
+/// is made by `DeliveryRules`, which has no sockets and is tested on its own with random event
+/// sequences. The reader never asks for more entries than the pools have free stream slots plus a
+/// small read-ahead, so a backlog of millions costs no memory here. Loop-confined.
+///
+/// Several queues (`--queues`, `--shards`): every queue has its own `QueueChannel` (connections,
+/// group, cursors), and no Redis command ever names keys of two queues, so each queue may live on
+/// a different Redis node (`endpointForQueue` says where). Their jobs share the apps' lanes and
+/// pools; reads share the free slots fairly: each queue reads at most its share of them per
+/// read, and the queues are offered reads in turn, so a queue with a large backlog delays another
+/// by at most one share of the read-ahead.
 public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate, TickObserver {
     public let loop: EventLoop
     public let configuration: WorkerConfiguration
@@ -22,13 +29,15 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     public let lanes: [AppLane]
     /// The first app's pool (the only one in a single-app worker).
     public var pool: ConnectionPool { lanes[0].pool }
-    private var endpoint: RedisEndpoint
-    /// Set on a Redis Cluster: where the queue's slot lives, asked before each (re)connect.
-    private let cluster: RedisClusterRouter?
-    /// The queue's slot (its `{queue}` hash tag) when on a cluster.
-    private let slot: Int
-    /// Redirects followed in a row without a read succeeding (MOVED, ASK, TRYAGAIN, CLUSTERDOWN).
-    private var redirectsInARow = 0
+    /// One channel per queue, in `configuration.queues` order (a job's queue index is its position).
+    let channels: [QueueChannel]
+    /// Where each queue's Redis connections go, asked at every (re)connect of that queue. Every
+    /// queue goes to the worker's one Redis unless replaced (before `start`), e.g. by a router that
+    /// knows which Redis Cluster node owns the queue's `{queue}` hash slot.
+    public var endpointForQueue: (QueueKeys) -> RedisEndpoint
+    /// Set on a Redis Cluster (before `start`): each queue's connections go to the master of its
+    /// slot, asked of the router at every (re)connect; `endpointForQueue` is then unused.
+    public var cluster: RedisClusterRouter?
     private let time: TimeSource
     private var logger: Logger
     /// The delivery rules: every job's state and outcome.
@@ -37,29 +46,27 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     /// What this loop did: the rules' counts, and the Redis errors seen here.
     public var counters: WorkerCounters {
         var counters = rules.counters
-        counters.redisErrors = redisErrors
+        counters.redisErrors = channels.reduce(0) { $0 + $1.redisErrors }
         return counters
     }
-    private var redisErrors = 0
+
+    /// What this loop did per queue, in `configuration.queues` order.
+    public var queueCounters: [WorkerCounters] {
+        var all = rules.queueCounters
+        for index in all.indices { all[index].redisErrors = channels[index].redisErrors }
+        return all
+    }
+
     /// Called once when the worker has stopped (drained, or timed out draining).
     public var onStopped: (() -> Void)?
 
-    // Redis: one connection for blocking reads, one for everything else.
-    private var reader: RedisConnection?
-    private var writer: RedisConnection?
-    private var redisFailures = 0
-    private var reconnectTimer: EventLoop.TimerID?
-    private var readInFlight = false
-    private var recoveringPending = true
-    private var pendingCursor = "0"
-    private var groupReady = false
-    private var pauseTimer: EventLoop.TimerID?
-    private var pauseFailures = 0
     private var retryTimer: EventLoop.TimerID?
     private var claimTimer: EventLoop.TimerID?
-    private var claimCursor = "0-0"
-    private var claimInFlight = false
+    private var pauseTimer: EventLoop.TimerID?
+    private var pauseFailures = 0
     private var batchScheduled = false
+    /// The queue offered the next read first: turns rotate so none is always served last.
+    private var nextReadQueue = 0
     private var random = SystemRandomNumberGenerator()
     /// Read once: the per-notification path tests a Bool, not the logger.
     private lazy var traceNotifications = logger.logLevel <= .trace
@@ -76,32 +83,36 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
 
     /// A single-app worker: jobs without an `app` field (or `app` = `default`) use `pool`.
     public convenience init(loop: EventLoop, configuration: WorkerConfiguration, pool: ConnectionPool, redis: RedisEndpoint,
-                            cluster: RedisClusterRouter? = nil, time: TimeSource = .system, logger: Logger) {
+                            time: TimeSource = .system, logger: Logger) {
         self.init(loop: loop, configuration: configuration,
                   apps: [WorkerApp(name: WorkerApp.defaultName, pool: pool, defaults: configuration.defaults)],
-                  redis: redis, cluster: cluster, time: time, logger: logger)
+                  redis: redis, time: time, logger: logger)
     }
 
     /// A worker for several apps; a job names its app with the `app` field (default `default`).
-    ///
-    /// With `cluster`, the queue's connections go to the master of its slot, as the router says
-    /// (`redis` is then only what logs show until the first route is known).
     public init(loop: EventLoop, configuration: WorkerConfiguration, apps: [WorkerApp], redis: RedisEndpoint,
-                cluster: RedisClusterRouter? = nil, time: TimeSource = .system, logger: Logger) {
+                time: TimeSource = .system, logger: Logger) {
         precondition(!apps.isEmpty, "a worker needs at least one app")
+        precondition(!configuration.queues.isEmpty, "a worker needs at least one queue")
         self.loop = loop
         self.configuration = configuration
         lanes = apps.map { AppLane(app: $0, queue: configuration.keys.queue) }
-        self.endpoint = redis
-        self.cluster = cluster
-        self.slot = RedisClusterSlot.of(queue: configuration.keys.queue)
+        endpointForQueue = { _ in redis }
         self.time = time
         self.logger = logger
-        self.logger[metadataKey: "queue"] = "\(configuration.keys.queue)"
         self.logger[metadataKey: "consumer"] = "\(configuration.consumer)"
+        if configuration.queues.count == 1 {
+            self.logger[metadataKey: "queue"] = "\(configuration.keys.queue)"
+        }
+        channels = configuration.queues.enumerated().map { index, keys in
+            var channelLogger = logger
+            channelLogger[metadataKey: "consumer"] = "\(configuration.consumer)"
+            channelLogger[metadataKey: "queue"] = "\(keys.queue)"
+            return QueueChannel(index: index, keys: keys, logger: channelLogger)
+        }
         var seed = SystemRandomNumberGenerator()
         rules = DeliveryRules(policy: DeliveryPolicy(configuration),
-                              apps: lanes.map { ($0.name, $0.defaults) }, seed: seed.next())
+                              apps: lanes.map { ($0.name, $0.defaults) }, queues: configuration.queues.map(\.queue), seed: seed.next())
         for lane in lanes { lane.pool.delegate = self }
     }
 
@@ -111,7 +122,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     public func start() {
         phase = .running
         for lane in lanes { lane.pool.start() }
-        connectRedis()
+        for channel in channels { connectRedis(channel) }
         scheduleRetryPromotion()
         scheduleClaim()
     }
@@ -148,28 +159,35 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         guard phase != .stopped else { return }
         phase = .stopped
         if let drainTimer { loop.cancel(drainTimer) }
-        if let reconnectTimer { loop.cancel(reconnectTimer) }
         for lane in lanes { lane.pool.stop() }
-        reader?.delegate = nil
-        writer?.delegate = nil
-        reader?.close()
-        writer?.close()
+        for channel in channels { channel.close(loop: loop) }
         logger.info("stopped", metadata: ["accepted": "\(rules.counters.accepted)", "jobs_finished": "\(rules.counters.jobsFinished)"])
         onStopped?()
     }
 
-    /// Redis reachable, the group in place, reading (not starting, draining or stopped).
+    /// Redis reachable for every queue, every group in place, reading (not starting, draining or stopped).
     public var isReady: Bool {
-        phase == .running && groupReady && (writer?.isReady ?? false) && haltedApps.isEmpty
+        phase == .running && channels.allSatisfy { $0.groupReady && ($0.writer?.isReady ?? false) } && haltedApps.isEmpty
+    }
+
+    /// Queues whose Redis connection or consumer group is not ready (for /readyz's reason).
+    public var unreadyQueues: [String] {
+        channels.filter { !($0.groupReady && ($0.writer?.isReady ?? false)) }.map(\.keys.queue)
     }
 
     /// Apps whose credentials APNs refused (their pools probe again by themselves).
     public var haltedApps: [String] { lanes.filter { $0.stoppedReason != nil }.map(\.name) }
 
-    /// Reads the queue's depth, pending entries, lag and the sizes of the other keys (one pipeline).
+    /// Reads the first queue's depth, pending entries, lag and the sizes of the other keys (one pipeline).
     public func sampleQueue(_ completion: @escaping (QueueSample?) -> Void) {
-        guard let writer, writer.isReady else { completion(nil); return }
-        let keys = configuration.keys
+        sampleQueue(0, completion)
+    }
+
+    /// Reads queue `index`'s depth, pending entries, lag and the sizes of its other keys (one
+    /// pipeline on that queue's connection).
+    public func sampleQueue(_ index: Int, _ completion: @escaping (QueueSample?) -> Void) {
+        guard let writer = channels[index].writer, writer.isReady else { completion(nil); return }
+        let keys = channels[index].keys
         var sample = QueueSample()
         writer.send(["XLEN", keys.jobs]) { result in sample.depth = Int(result.integerValue ?? 0) }
         writer.send(["XINFO", "GROUPS", keys.jobs]) { result in
@@ -197,125 +215,137 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         return wallClock
     }
 
-    // MARK: Redis connections
+    // MARK: Redis connections (per queue)
 
-    private func connectRedis() {
-        reconnectTimer = nil
+    private func connectRedis(_ channel: QueueChannel) {
+        channel.reconnectTimer = nil
         guard phase == .running || phase == .draining else { return }
         guard let cluster else {
-            openConnections()
+            openConnections(channel, to: endpointForQueue(channel.keys))
             return
         }
         // On a cluster, first where the queue's slot lives (the map is read again when stale).
-        cluster.endpoint(forSlot: slot) { [weak self] result in
-            guard let self, self.reconnectTimer == nil, self.reader == nil,
-                  self.phase == .running || self.phase == .draining else { return }
+        cluster.endpoint(forSlot: channel.slot) { [weak self, weak channel] result in
+            guard let self, let channel else { return }
+            guard channel.reconnectTimer == nil, channel.reader == nil, self.phase == .running || self.phase == .draining else { return }
             switch result {
             case .success(let endpoint):
-                if endpoint != self.endpoint {
-                    self.logger.info("queue routed to Redis Cluster node", metadata: [
-                        "node": "\(endpoint.host):\(endpoint.port)", "slot": "\(self.slot)"])
+                if endpoint != channel.endpoint {
+                    channel.logger.info("queue routed to Redis Cluster node", metadata: [
+                        "node": "\(endpoint.host):\(endpoint.port)", "slot": "\(channel.slot)"])
                 }
-                self.endpoint = endpoint
-                self.openConnections()
+                self.openConnections(channel, to: endpoint)
             case .failure(let error):
-                self.connectionAttemptFailed(error)
+                self.connectionAttemptFailed(channel, error: error)
             }
         }
     }
 
-    private func openConnections() {
+    private func openConnections(_ channel: QueueChannel, to endpoint: RedisEndpoint) {
+        channel.endpoint = endpoint
         let reader = RedisConnection(loop: loop, endpoint: endpoint)
         let writer = RedisConnection(loop: loop, endpoint: endpoint)
         reader.delegate = self
         writer.delegate = self
-        self.reader = reader
-        self.writer = writer
-        readInFlight = false
-        claimInFlight = false
-        groupReady = false
+        channel.reader = reader
+        channel.writer = writer
+        channel.readInFlight = false
+        channel.claimInFlight = false
+        channel.groupReady = false
         reader.connect()
         writer.connect()
     }
 
+    /// The channel a connection belongs to (a handful of queues: a scan is cheaper than a table).
+    private func channel(of connection: RedisConnection) -> QueueChannel? {
+        channels.first { $0.reader === connection || $0.writer === connection }
+    }
+
     public func redisConnectionIsReady(_ connection: RedisConnection) {
-        guard let reader, let writer, reader.isReady, writer.isReady else { return }
-        if redisFailures > 0 || redirectsInARow > 0 { logger.info("Redis connection restored", metadata: ["redis": "\(endpoint)"]) }
-        redisFailures = 0
-        ensureGroup(replayingUnconfirmed: true)
+        guard let channel = channel(of: connection), let reader = channel.reader, let writer = channel.writer,
+              reader.isReady, writer.isReady else { return }
+        if channel.failures > 0 || channel.redirectsInARow > 0 {
+            channel.logger.info("Redis connection restored", metadata: ["redis": "\(channel.endpoint.map { "\($0)" } ?? "")"])
+        }
+        channel.failures = 0
+        ensureGroup(channel, replayingUnconfirmed: true)
     }
 
     public func redisConnectionClosed(_ connection: RedisConnection, error: RedisError) {
-        guard connection === reader || connection === writer else { return }
-        redisErrors += 1
+        guard let channel = channel(of: connection) else { return }
+        channel.redisErrors += 1
         // Both go: the pair is replaced together.
-        let other = connection === reader ? writer : reader
-        reader = nil
-        writer = nil
+        let other = connection === channel.reader ? channel.writer : channel.reader
+        channel.reader = nil
+        channel.writer = nil
         other?.delegate = nil
         other?.close()
-        readInFlight = false
-        claimInFlight = false
+        channel.readInFlight = false
+        channel.claimInFlight = false
         // A node that went away may have been failed over: read the slot map again first.
         cluster?.invalidate()
-        connectionAttemptFailed(error)
+        connectionAttemptFailed(channel, error: error)
     }
 
-    /// Counts one failed attempt and schedules the next after the reconnect backoff.
-    private func connectionAttemptFailed(_ error: RedisError) {
+    /// Counts one failed attempt of `channel` and schedules the next after the reconnect backoff.
+    private func connectionAttemptFailed(_ channel: QueueChannel, error: RedisError) {
         guard phase == .running || phase == .draining else { return }
-        redisFailures += 1
-        let delay = Backoff.reconnect.delayMilliseconds(afterFailures: redisFailures, using: &random)
+        channel.failures += 1
+        let failures = channel.failures
+        let delay = Backoff.reconnect.delayMilliseconds(afterFailures: failures, using: &random)
         // One clear line when Redis goes away; the retries after it say the same, so they go to debug
         // (with a reminder every tenth) instead of filling the log every few seconds.
-        if redisFailures == 1 {
-            logger.warning("Redis connection down", metadata: ["error": "\(error)", "reconnect_ms": "\(delay)"])
-        } else if redisFailures % 10 == 0 {
-            logger.warning("Redis still unreachable", metadata: ["error": "\(error)", "failures": "\(redisFailures)", "reconnect_ms": "\(delay)"])
+        if failures == 1 {
+            channel.logger.warning("Redis connection down", metadata: ["error": "\(error)", "reconnect_ms": "\(delay)"])
+        } else if failures % 10 == 0 {
+            channel.logger.warning("Redis still unreachable", metadata: ["error": "\(error)", "failures": "\(failures)", "reconnect_ms": "\(delay)"])
         } else {
-            logger.debug("Redis connection attempt failed", metadata: ["error": "\(error)", "failures": "\(redisFailures)", "reconnect_ms": "\(delay)"])
+            channel.logger.debug("Redis connection attempt failed", metadata: ["error": "\(error)", "failures": "\(failures)", "reconnect_ms": "\(delay)"])
         }
-        reconnectTimer = loop.schedule(afterMilliseconds: delay) { [weak self] in self?.connectRedis() }
+        channel.reconnectTimer = loop.schedule(afterMilliseconds: delay) { [weak self, weak channel] in
+            guard let self, let channel else { return }
+            self.connectRedis(channel)
+        }
     }
 
-    /// Creates the group if missing; then, after a reconnect, writes again the outcomes Redis never
-    /// confirmed, before the first read (their entries stay held, so re-reading our pending list
-    /// cannot send them again).
-    private func ensureGroup(replayingUnconfirmed: Bool = false) {
-        let keys = configuration.keys
-        writer?.send(["XGROUP", "CREATE", keys.jobs, keys.group, "0", "MKSTREAM"]) { [weak self] result in
-            guard let self else { return }
+    /// Creates the queue's group if missing; then, after a reconnect, writes again the queue's
+    /// outcomes Redis never confirmed, before the first read (their entries stay held, so
+    /// re-reading our pending list cannot send them again).
+    private func ensureGroup(_ channel: QueueChannel, replayingUnconfirmed: Bool = false) {
+        let keys = channel.keys
+        channel.writer?.send(["XGROUP", "CREATE", keys.jobs, keys.group, "0", "MKSTREAM"]) { [weak self, weak channel] result in
+            guard let self, let channel else { return }
             switch result {
-            case .success(.error(let message)) where self.followClusterRedirect(message):
+            case .success(.error(let message)) where self.followClusterRedirect(message, channel: channel):
                 return
             case .success(.error(let message)) where !message.hasPrefix("BUSYGROUP"):
-                self.logger.error("cannot create the consumer group", metadata: ["error": "\(message)"])
-                self.redisErrors += 1
+                channel.logger.error("cannot create the consumer group", metadata: ["error": "\(message)"])
+                channel.redisErrors += 1
             case .failure:
                 return
             default:
                 break
             }
-            self.groupReady = true
+            channel.groupReady = true
             if replayingUnconfirmed {
-                for batch in self.rules.redisReconnected() { self.write(batch) }
+                for batch in self.rules.redisReconnected(queue: channel.index) { self.write(batch) }
             }
-            self.recoveringPending = true
-            self.pendingCursor = "0"
+            channel.recoveringPending = true
+            channel.pendingCursor = "0"
             self.maybeRead()
         }
     }
 
-    private func handleRedisError(_ message: String) {
-        redisErrors += 1
-        if followClusterRedirect(message) { return }
+    private func handleRedisError(_ message: String, channel: QueueChannel) {
+        channel.redisErrors += 1
+        if followClusterRedirect(message, channel: channel) { return }
         if message.hasPrefix("NOGROUP") {
             // Redis lost the stream or group (restart without data): recreate it and go on.
-            logger.warning("consumer group missing; recreating it", metadata: ["error": "\(message)"])
-            groupReady = false
-            ensureGroup()
+            channel.logger.warning("consumer group missing; recreating it", metadata: ["error": "\(message)"])
+            channel.groupReady = false
+            ensureGroup(channel)
         } else {
-            logger.error("Redis error", metadata: ["error": "\(message)"])
+            channel.logger.error("Redis error", metadata: ["error": "\(message)"])
         }
     }
 
@@ -324,54 +354,58 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     /// On a cluster, an error reply saying the queue's slot is served elsewhere (MOVED), is being
     /// migrated (ASK, TRYAGAIN) or is not served right now (CLUSTERDOWN, a READONLY replica)
     /// replaces the queue's connection pair: the same path as a lost connection, which is
-    /// what makes it safe. Commands still unanswered on the old pair fail; the unconfirmed
-    /// outcome batches are written again on the new pair before the next read, and the pending
-    /// list is read again from its start (entries already held are not taken twice).
+    /// what makes it safe. Commands still unanswered on the old pair fail; the queue's
+    /// unconfirmed outcome batches are written again on the new pair before its next read, and
+    /// its pending list is read again from the start (entries already held are not taken twice).
+    /// The other queues of the worker are not touched.
     ///
     /// MOVED updates the map at once and reconnects without waiting (then with a short backoff if
-    /// redirects repeat); ASK and TRYAGAIN mean a migration of the queue's slot is under way: the
-    /// worker's batches touch several keys of the slot, which Redis cannot serve while they are
-    /// split between two nodes, so it waits (100 ms, doubling to 5 s) until the slot has moved
-    /// and MOVED says where. CLUSTERDOWN and READONLY mark the map stale.
+    /// redirects repeat); ASK and TRYAGAIN mean the queue's slot is being migrated: the worker's
+    /// batches touch several keys of the slot, which Redis cannot serve while they are split
+    /// between two nodes, so it waits (100 ms, doubling to 5 s) until the slot has moved and MOVED
+    /// says where. CLUSTERDOWN and READONLY mark the map stale.
     ///
     /// `EXECABORT` counts too: inside MULTI a MOVED or ASK is the reply of the command being queued
     /// (which the batch does not read), and it makes Redis discard the whole transaction, so none
     /// of the batch was applied and writing it again on the right node cannot apply it twice.
     /// Returns false for every other error, and always when not on a cluster.
-    private func followClusterRedirect(_ message: String) -> Bool {
+    private func followClusterRedirect(_ message: String, channel: QueueChannel) -> Bool {
         guard let cluster else { return false }
         let redirect = RedisClusterRedirect(errorMessage: message)
         guard redirect != nil || message.hasPrefix("EXECABORT") else { return false }
         // Already replacing the pair (several replies of one pipeline said so).
-        guard reader != nil || writer != nil, reconnectTimer == nil else { return true }
-        redirectsInARow += 1
-        var delay = QueueWorker.redirectDelay(redirectsInARow)
+        guard channel.reader != nil || channel.writer != nil, channel.reconnectTimer == nil else { return true }
+        channel.redirectsInARow += 1
+        var delay = QueueWorker.redirectDelay(channel.redirectsInARow)
         switch redirect {
         case .moved(let movedSlot, let node):
             cluster.moved(slot: movedSlot, to: node)
-            if redirectsInARow == 1 { delay = 0 }
+            if channel.redirectsInARow == 1 { delay = 0 }
         case .ask, .tryAgain:
             break
         case .clusterDown, .notMaster, nil:
             cluster.invalidate()
         }
-        let logMetadata: Logger.Metadata = ["reply": "\(message.prefix(120))", "slot": "\(slot)", "reconnect_ms": "\(delay)"]
-        if redirectsInARow == 1 || redirectsInARow % 10 == 0 {
-            logger.notice("Redis Cluster redirect: reconnecting the queue to its slot's master", metadata: logMetadata)
+        let metadata: Logger.Metadata = ["reply": "\(message.prefix(120))", "slot": "\(channel.slot)", "reconnect_ms": "\(delay)"]
+        if channel.redirectsInARow == 1 || channel.redirectsInARow % 10 == 0 {
+            channel.logger.notice("Redis Cluster redirect: reconnecting the queue to its slot's master", metadata: metadata)
         } else {
-            logger.debug("Redis Cluster redirect: reconnecting the queue to its slot's master", metadata: logMetadata)
+            channel.logger.debug("Redis Cluster redirect: reconnecting the queue to its slot's master", metadata: metadata)
         }
-        let (oldReader, oldWriter) = (reader, writer)
-        reader = nil
-        writer = nil
-        groupReady = false
-        readInFlight = false
-        claimInFlight = false
+        let (oldReader, oldWriter) = (channel.reader, channel.writer)
+        channel.reader = nil
+        channel.writer = nil
+        channel.groupReady = false
+        channel.readInFlight = false
+        channel.claimInFlight = false
         for connection in [oldReader, oldWriter] {
             connection?.delegate = nil
             connection?.close()
         }
-        reconnectTimer = loop.schedule(afterMilliseconds: delay) { [weak self] in self?.connectRedis() }
+        channel.reconnectTimer = loop.schedule(afterMilliseconds: delay) { [weak self, weak channel] in
+            guard let self, let channel else { return }
+            self.connectRedis(channel)
+        }
         return true
     }
 
@@ -385,25 +419,26 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     /// Notifications in flight on every app's connections.
     public var inFlight: Int { lanes.reduce(0) { $0 + $1.pool.inFlight } }
 
-    private func readCapacity() -> Int {
+    /// Entries the worker may take in now, over every queue: the sending apps' free stream slots
+    /// plus the read-ahead, minus what already waits for a slot.
+    private func readBudget() -> Int {
         var free = 0
         for lane in lanes where lane.stoppedReason == nil { free += lane.pool.freeSlots }
-        // A byte budget per read: fewer entries when entries are big (the estimate follows the
-        // replies; the reply reader bounds any single reply whatever this guess).
-        let byBytes = max(1, QueueWorker.readByteBudget / max(1, entryBytesEstimate))
-        return min(configuration.batch, byBytes, free + configuration.readAhead - rules.queuedTokens)
+        return free + configuration.readAhead - rules.queuedTokens
+    }
+
+    /// How many entries one read (or claim) of `channel` asks for: its fair share of the budget
+    /// (the budget split evenly among the queues that can read), at most `--batch`, and a byte
+    /// budget per read: fewer entries when entries are big (the estimate follows the replies; the
+    /// reply reader bounds any single reply whatever this guess).
+    private func readCount(_ channel: QueueChannel, budget: Int, sharers: Int) -> Int {
+        let share = sharers > 1 ? max(1, budget / sharers) : max(1, budget)
+        let byBytes = max(1, QueueWorker.readByteBudget / max(1, channel.entryBytesEstimate))
+        return min(configuration.batch, byBytes, share)
     }
 
     /// Bytes one XREADGROUP reply should hold, about.
     static let readByteBudget = 4 << 20
-    private var entryBytesEstimate = 512
-
-    /// Updates the bytes-per-entry estimate from one reply: up at once, down slowly.
-    private func noteReply(bytes: Int, entries: Int) {
-        guard entries > 0 else { return }
-        let average = bytes / entries
-        entryBytesEstimate = average > entryBytesEstimate ? average : (entryBytesEstimate * 7 + average) / 8
-    }
 
     /// Most of the sending apps' connections are down (e.g. a 503 storm).
     private var mostConnectionsDown: Bool {
@@ -416,51 +451,72 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         return ready * 2 < configured && free == 0
     }
 
+    /// Offers every queue that can read a read of its share, starting with a different queue each
+    /// time. The budget is shared among the queues whose last read brought entries (an idle queue
+    /// still has its blocking read out, for up to a share, so it is served as soon as jobs
+    /// arrive, without thinning the busy queues' reads). With one queue this is one read of the
+    /// whole budget, as before queues were several.
     private func maybeRead() {
-        guard phase == .running, stoppedSendingReason == nil, groupReady, !readInFlight,
-              let reader, reader.isReady else { return }
+        guard phase == .running, stoppedSendingReason == nil,
+              channels.contains(where: { $0.canRead && !$0.readInFlight }) else { return }
         if mostConnectionsDown {
             pauseReading()
             return
         }
-        let count = readCapacity()
-        guard count > 0 else { return }
-        readInFlight = true
-        let keys = configuration.keys
-        let id = recoveringPending ? pendingCursor : ">"
+        let budget = readBudget()
+        guard budget > 0 else { return }
+        let count = channels.count
+        var sharers = 0
+        for channel in channels where channel.canRead && channel.active { sharers += 1 }
+        let first = nextReadQueue
+        nextReadQueue = count > 1 ? (first + 1) % count : 0
+        for step in 0..<count {
+            let channel = channels[(first + step) % count]
+            guard channel.canRead, !channel.readInFlight else { continue }
+            read(channel, count: readCount(channel, budget: budget, sharers: sharers))
+        }
+    }
+
+    /// One XREADGROUP of `count` entries on `channel`'s reader (its pending list first).
+    private func read(_ channel: QueueChannel, count: Int) {
+        guard let reader = channel.reader else { return }
+        channel.readInFlight = true
+        let keys = channel.keys
+        let id = channel.recoveringPending ? channel.pendingCursor : ">"
         var arguments: [String] = ["XREADGROUP", "GROUP", keys.group, configuration.consumer, "COUNT", String(count)]
-        if !recoveringPending { arguments += ["BLOCK", String(configuration.blockMilliseconds)] }
+        if !channel.recoveringPending { arguments += ["BLOCK", String(configuration.blockMilliseconds)] }
         arguments += ["STREAMS", keys.jobs, id]
         // The batch is read straight from the connection's reply tape: no RedisReply tree per entry.
-        reader.sendRaw(arguments) { [weak self] result in
-            guard let self else { return }
-            self.readInFlight = false
+        reader.sendRaw(arguments) { [weak self, weak channel] result in
+            guard let self, let channel else { return }
+            channel.readInFlight = false
             switch result.map({ tape in
                 let read = RedisReplyReader.readEntries(tape: tape)
-                if case .success(let entries) = read { self.noteReply(bytes: tape.byteCount, entries: entries.count) }
+                if case .success(let entries) = read { channel.noteReply(bytes: tape.byteCount, entries: entries.count) }
                 return read
             }) {
             case .failure:
                 return
             case .success(.failure(let error)):
-                if case .server(let message) = error { self.handleRedisError(message) }
+                if case .server(let message) = error { self.handleRedisError(message, channel: channel) }
             case .success(.success(let read)):
-                self.redirectsInARow = 0
+                channel.redirectsInARow = 0
+                channel.active = !read.isEmpty
                 let (entries, deferredAfter) = QueueWorker.deferringOverBudget(read)
-                if self.recoveringPending {
+                if channel.recoveringPending {
                     if read.isEmpty {
-                        self.recoveringPending = false
+                        channel.recoveringPending = false
                     } else if let last = entries.last {
-                        self.pendingCursor = last.id.description
+                        channel.pendingCursor = last.id.description
                     }
                 }
                 if let deferredAfter {
                     // The reply outgrew its byte budget: the entries past it stay pending and are
                     // read again, fewer at a time (the estimate just grew), from the pending list.
-                    self.recoveringPending = true
-                    self.pendingCursor = deferredAfter.description
+                    channel.recoveringPending = true
+                    channel.pendingCursor = deferredAfter.description
                 }
-                self.take(entries, deliveries: nil)
+                self.take(entries, queue: channel.index, deliveries: nil)
             }
             self.maybeRead()
         }
@@ -492,8 +548,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     }
 
     /// Entries read or claimed go to the rules; then the pools get what they can take.
-    private func take(_ entries: [StreamRecord], deliveries: [StreamEntryID: Int]?) {
-        rules.entriesArrived(entries, deliveries: deliveries, now: wallNow())
+    private func take(_ entries: [StreamRecord], queue: Int, deliveries: [StreamEntryID: Int]?) {
+        rules.entriesArrived(entries, queue: queue, deliveries: deliveries, now: wallNow())
         scheduleBatch()
         pump()
     }
@@ -572,23 +628,25 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
 
     public func endOfTick() {
         batchScheduled = false
-        guard let batch = rules.takeBatch() else { return }
-        write(batch)
+        // One batch per queue that finished entries in this tick.
+        while let batch = rules.takeBatch() { write(batch) }
     }
 
-    /// One MULTI/EXEC per tick: the outcome writes of every entry finished in it, then XACK and XDEL.
-    /// Not confirmed (connection lost): the rules keep the batch, written again after reconnecting.
+    /// One MULTI/EXEC per queue and tick: the outcome writes of every entry of that queue finished
+    /// in it, then XACK and XDEL, on that queue's connection and keys. Not confirmed (connection
+    /// lost): the rules keep the batch, written again after the queue reconnects.
     private func write(_ batch: OutcomeBatch) {
-        guard let writer, writer.isReady, groupReady else { return }
-        batch.send(on: writer, keys: configuration.keys, maxLength: configuration.deadLetterMaxLength) { [weak self] result in
-            guard let self else { return }
+        let channel = channels[batch.queue]
+        guard let writer = channel.writer, writer.isReady, channel.groupReady else { return }
+        batch.send(on: writer, keys: channel.keys, maxLength: configuration.deadLetterMaxLength) { [weak self, weak channel] result in
+            guard let self, let channel else { return }
             switch result {
             case .success(.array(let replies)):
-                for reply in replies { if case .error(let message) = reply { self.handleRedisError(message) } }
+                for reply in replies { if case .error(let message) = reply { self.handleRedisError(message, channel: channel) } }
                 self.rules.confirmed(batch.sequence)
                 if self.phase == .draining { self.checkDrained() }
             case .success(.error(let message)):
-                self.handleRedisError(message)
+                self.handleRedisError(message, channel: channel)
             default:
                 break  // connection lost: written again after reconnecting
             }
@@ -597,14 +655,17 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
 
     // MARK: retries and reclaiming
 
+    /// Every queue's due retries move back into its stream, each with its own script call (the
+    /// script touches one queue's keys, which share a hash slot).
     private func scheduleRetryPromotion() {
         retryTimer = loop.schedule(afterMilliseconds: configuration.retryPollMilliseconds) { [weak self] in
             guard let self, self.phase == .running else { return }
-            if let writer = self.writer, writer.isReady {
-                let keys = self.configuration.keys
-                writer.send(["EVAL", QueueScripts.promoteDueRetries, "2", keys.retry, keys.jobs,
-                             String(self.time.nowMilliseconds()), "1000"]) { [weak self] result in
-                    if case .success(.error(let message)) = result { self?.handleRedisError(message) }
+            let now = String(self.time.nowMilliseconds())
+            for channel in self.channels {
+                guard let writer = channel.writer, writer.isReady else { continue }
+                let keys = channel.keys
+                writer.send(["EVAL", QueueScripts.promoteDueRetries, "2", keys.retry, keys.jobs, now, "1000"]) { [weak self, weak channel] result in
+                    if case .success(.error(let message)) = result, let channel { self?.handleRedisError(message, channel: channel) }
                 }
             }
             self.scheduleRetryPromotion()
@@ -615,37 +676,39 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         let interval = max(500, configuration.claimIdleMilliseconds / 4)
         claimTimer = loop.schedule(afterMilliseconds: interval) { [weak self] in
             guard let self, self.phase == .running else { return }
-            self.claimIdle()
+            let budget = self.readBudget()
+            for channel in self.channels { self.claimIdle(channel, budget: budget) }
             self.scheduleClaim()
         }
     }
 
-    /// XAUTOCLAIM entries other workers left idle (they crashed), then read their delivery counts.
-    private func claimIdle() {
-        guard stoppedSendingReason == nil, groupReady, !claimInFlight, let writer, writer.isReady else { return }
-        let count = readCapacity()
+    /// XAUTOCLAIM entries other workers left idle in `channel`'s queue (they crashed), then read
+    /// their delivery counts. Each queue claims at most its share of the budget.
+    private func claimIdle(_ channel: QueueChannel, budget: Int) {
+        guard stoppedSendingReason == nil, channel.groupReady, !channel.claimInFlight, let writer = channel.writer, writer.isReady else { return }
+        let count = readCount(channel, budget: budget, sharers: channels.count)
         guard count > 0 else { return }
-        claimInFlight = true
-        let keys = configuration.keys
+        channel.claimInFlight = true
+        let keys = channel.keys
         // Read from the tape like XREADGROUP's reply, so an outsized claimed value arrives cut and marked.
         writer.sendRaw(["XAUTOCLAIM", keys.jobs, keys.group, configuration.consumer, String(configuration.claimIdleMilliseconds),
-                        claimCursor, "COUNT", String(count)]) { [weak self] result in
-            guard let self else { return }
-            guard case .success(let tape) = result else { self.claimInFlight = false; return }
+                        channel.claimCursor, "COUNT", String(count)]) { [weak self, weak channel] result in
+            guard let self, let channel else { return }
+            guard case .success(let tape) = result else { channel.claimInFlight = false; return }
             if tape.nodes.first?.kind == .error {
-                self.claimInFlight = false
-                self.handleRedisError(tape.withBytes(of: 0) { String(decoding: $0, as: UTF8.self) })
+                channel.claimInFlight = false
+                self.handleRedisError(tape.withBytes(of: 0) { String(decoding: $0, as: UTF8.self) }, channel: channel)
                 return
             }
-            guard let (cursor, claimed) = RedisReplyReader.claimedEntries(tape: tape) else { self.claimInFlight = false; return }
-            self.claimCursor = cursor
-            let entries = claimed.filter { !self.rules.isHeld($0.id) }
-            guard let first = entries.first?.id, let last = entries.last?.id else { self.claimInFlight = false; return }
-            self.logger.info("reclaimed idle entries", metadata: ["count": "\(entries.count)"])
+            guard let (cursor, claimed) = RedisReplyReader.claimedEntries(tape: tape) else { channel.claimInFlight = false; return }
+            channel.claimCursor = cursor
+            let entries = claimed.filter { !self.rules.isHeld($0.id, queue: channel.index) }
+            guard let first = entries.first?.id, let last = entries.last?.id else { channel.claimInFlight = false; return }
+            channel.logger.info("reclaimed idle entries", metadata: ["count": "\(entries.count)"])
             writer.send(["XPENDING", keys.jobs, keys.group, first.description, last.description,
-                         String(entries.count * 2 + 16), self.configuration.consumer]) { [weak self] result in
-                guard let self else { return }
-                self.claimInFlight = false
+                         String(entries.count * 2 + 16), self.configuration.consumer]) { [weak self, weak channel] result in
+                guard let self, let channel else { return }
+                channel.claimInFlight = false
                 var deliveries: [StreamEntryID: Int] = [:]
                 if case .success(.array(let rows)) = result {
                     for row in rows {
@@ -654,9 +717,66 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                         deliveries[id] = Int(clamping: count)
                     }
                 }
-                self.take(entries, deliveries: deliveries)
+                self.take(entries, queue: channel.index, deliveries: deliveries)
             }
         }
+    }
+}
+
+/// One queue of a worker loop: its keys, its Redis connection pair (blocking reads on one,
+/// everything else on the other), its consumer-group state and cursors. Every command for the
+/// queue goes through these connections, and none names another queue's keys, so a queue can be
+/// moved to another Redis (a cluster node) by connecting its channel elsewhere. Loop-confined.
+final class QueueChannel {
+    /// Its position in the worker's queues: the queue index the rules keep per job.
+    let index: Int
+    let keys: QueueKeys
+    let logger: Logger
+    /// Where it is connected now (asked from `QueueWorker.endpointForQueue` at each connect).
+    var endpoint: RedisEndpoint?
+    var reader: RedisConnection?
+    var writer: RedisConnection?
+    var failures = 0
+    var redisErrors = 0
+    var reconnectTimer: EventLoop.TimerID?
+    var readInFlight = false
+    var recoveringPending = true
+    var pendingCursor = "0"
+    var groupReady = false
+    var claimCursor = "0-0"
+    var claimInFlight = false
+    /// The queue's Redis Cluster slot (its `{queue}` hash tag).
+    let slot: Int
+    /// Cluster redirects followed in a row without a read succeeding.
+    var redirectsInARow = 0
+    /// Its last read brought entries (or it has not read yet): it shares the read budget.
+    var active = true
+    /// Bytes per entry of this queue's replies, about: up at once, down slowly.
+    var entryBytesEstimate = 512
+
+    init(index: Int, keys: QueueKeys, logger: Logger) {
+        self.index = index
+        self.keys = keys
+        self.logger = logger
+        slot = RedisClusterSlot.of(queue: keys.queue)
+    }
+
+    /// Connected, the group in place: it may read.
+    var canRead: Bool { groupReady && (reader?.isReady ?? false) }
+
+    /// Updates the bytes-per-entry estimate from one reply.
+    func noteReply(bytes: Int, entries: Int) {
+        guard entries > 0 else { return }
+        let average = bytes / entries
+        entryBytesEstimate = average > entryBytesEstimate ? average : (entryBytesEstimate * 7 + average) / 8
+    }
+
+    func close(loop: EventLoop) {
+        if let reconnectTimer { loop.cancel(reconnectTimer) }
+        reader?.delegate = nil
+        writer?.delegate = nil
+        reader?.close()
+        writer?.close()
     }
 }
 

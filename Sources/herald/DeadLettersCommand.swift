@@ -60,7 +60,7 @@ extension DeadLettersCommand {
         }
 
         func run() throws {
-            let keys = queueOptions.keys()
+            let keys = try queueOptions.singleQueue(for: "dead-letters " + (Self.configuration.commandName ?? ""))
             let redis = try queueOptions.blockingClient()
             let tools = DeadLetterTools(redis: redis, keys: keys)
             let found = try tools.select(try selection.filter(), limit: limit)
@@ -103,7 +103,7 @@ extension DeadLettersCommand {
         }
 
         func run() throws {
-            let keys = queueOptions.keys()
+            let keys = try queueOptions.singleQueue(for: "dead-letters " + (Self.configuration.commandName ?? ""))
             let redis = try queueOptions.blockingClient()
             let tools = DeadLetterTools(redis: redis, keys: keys)
             let report = DeadLetterReport(keys: keys, now: 0, showTokens: showTokens)
@@ -181,7 +181,7 @@ extension DeadLettersCommand {
 
         func run() throws {
             var filter = try selection.filter()
-            let keys = queueOptions.keys()
+            let keys = try queueOptions.singleQueue(for: "dead-letters " + (Self.configuration.commandName ?? ""))
             let redis = try queueOptions.blockingClient()
             if let olderThan, let age = DurationText.milliseconds(olderThan) {
                 filter.failedBefore = try QueueInspector(redis: redis).redisTime() - age

@@ -123,6 +123,8 @@ final class QueueToolingHarness {
         var environment = ProcessInfo.processInfo.environment
         environment["HERALD_REDIS"] = server.url
         environment["HERALD_QUEUE"] = nil
+        environment["HERALD_QUEUES"] = nil
+        environment["HERALD_SHARDS"] = nil
         for (name, value) in extra { environment[name] = value }
         process.environment = environment
         process.standardInput = FileHandle.nullDevice

@@ -122,6 +122,21 @@ extension IntegrationTests {
             let document = try JSONSerialization.jsonObject(with: Data(one.stdout.utf8)) as? [String: Any]
             let queues = document?["queues"] as? [[String: Any]]
             #expect(queues?.first?["depth"] as? Int == 2, "\(one.stdout)")
+            // enqueue --shards on a cluster: each job to its shard's master (CRC-32 of the token).
+            var before = 0
+            for shard in Self.shards { before += Int(try client.run(["XLEN", .text(QueueKeys(queue: shard).jobs)]).integer ?? 0) }
+            let sharded = try runHerald(["enqueue", "--redis", cluster.url, "--queue", "alerts", "--shards", "6", "--count", "60",
+                                         "--distinct-tokens", "60", "--token", WorkerHarness.deviceToken(7), "--payload", "{}"])
+            #expect(sharded.status == 0, "\(sharded.stderr)")
+            var after = 0
+            var used = 0
+            for shard in Self.shards {
+                let length = Int(try client.run(["XLEN", .text(QueueKeys(queue: shard).jobs)]).integer ?? 0)
+                after += length
+                if length > 1 { used += 1 }
+            }
+            #expect(after - before == 60, "\(sharded.stdout)")
+            #expect(used >= 3, "60 tokens spread over the shards: \(sharded.stdout)")
             // A plain redis:// URL without --redis-cluster at a cluster node fails clearly on a
             // queue another master serves (the node's MOVED is the message), never silently.
             let wrongNode = try #require(cluster.nodes.first { node in
@@ -137,8 +152,8 @@ extension IntegrationTests {
             signal(SIGPIPE, SIG_IGN)
             let cluster = try RedisClusterFixture()
             defer { cluster.stop() }
-            // 20 ms answers and 10 streams per worker: about 500 notifications/s per shard, so the
-            // kill lands while every queue still has a backlog.
+            // 20 ms answers and 20 streams per worker: about 2,000 notifications/s for all six shards,
+            // so the kill lands while every queue still has a backlog.
             let emulator = try await EmulatorHost { $0.latencyMilliseconds = 20 }
             defer { emulator.shutdown() }
             // A blocking client's loop belongs to the thread that first turned it, and an async test
@@ -178,15 +193,15 @@ extension IntegrationTests {
             }
             try await enqueue(round: 1, perShard: 1000)
 
-            // One worker process per shard until a worker reads several queues; each is a plain
-            // `herald worker --redis redis+cluster://… --queue SHARD`.
+            // Two worker processes, each reading all six shards (`--queue alerts --shards 6`), each
+            // shard's connections on the master of its slot.
             var workers: [WorkerProcess] = []
             defer { for worker in workers where worker.isRunning { worker.signal(SIGKILL) } }
-            for shard in Self.shards {
+            for number in 0..<2 {
                 workers.append(try WorkerProcess(
-                    arguments: ["--redis", cluster.url, "--queue", shard, "--no-metrics", "--connections", "1", "--max-streams", "10",
-                                "--consumer", "cluster-\(shard)", "--log-level", "info"] + emulator.workerArguments,
-                    logPath: emulator.directory.path("worker-\(shard).log")))
+                    arguments: ["--redis", cluster.url, "--queue", "alerts", "--shards", "6", "--no-metrics", "--connections", "1",
+                                "--max-streams", "20", "--consumer", "cluster-\(number)", "--log-level", "info"] + emulator.workerArguments,
+                    logPath: emulator.directory.path("worker-\(number).log")))
             }
             try await waitFor("the workers deliver", timeout: .seconds(60)) {
                 try await emulator.statistics().acceptedUnique >= 600
@@ -255,9 +270,13 @@ extension IntegrationTests {
                   + "delivered \(statistics.acceptedUnique) unique, \(duplicates) duplicates (at least once)")
             #expect(duplicates <= total, "duplicates must stay bounded by what was in flight: \(duplicates)")
             for worker in workers { #expect(worker.isRunning, "no worker crashed: \(worker.logTail(1500))") }
-            // The failed-over shard's worker went to the promoted replica (it logs each new route).
-            #expect(workers[0].logTail(200_000).contains("queue routed to Redis Cluster node") && workers[0].logTail(200_000).contains(":\(promoted)"),
-                    "the alerts-0 worker followed the failover to \(promoted): \(workers[0].logTail(3000))")
+            // Both workers' alerts-0 connections went to the promoted replica (each new route is logged).
+            for worker in workers {
+                let log = worker.logTail(400_000)
+                #expect(log.contains("queue routed to Redis Cluster node node=127.0.0.1:\(promoted)")
+                            || log.contains("node=127.0.0.1:\(promoted) queue=alerts-0"),
+                        "the worker followed the failover of alerts-0 to \(promoted): \(worker.logTail(3000))")
+            }
         }
 
         /// Runs the herald binary to its end; no HERALD_* settings from the developer's shell.

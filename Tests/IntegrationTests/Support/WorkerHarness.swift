@@ -173,6 +173,11 @@ final class InProcessWorker: @unchecked Sendable {
         try await thread.submit { [self] in worker.counters }
     }
 
+    /// The worker's counts per queue (`configuration.queues` order).
+    func queueCounters() async throws -> [WorkerCounters] {
+        try await thread.submit { [self] in worker.queueCounters }
+    }
+
     /// Notifications in flight on the pool right now.
     func inFlight() async throws -> Int {
         try await thread.submit { [self] in worker.pool.inFlight }
