@@ -359,8 +359,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     /// its pending list is read again from the start (entries already held are not taken twice).
     /// The other queues of the worker are not touched.
     ///
-    /// MOVED updates the map at once and reconnects without waiting (then with a short backoff if
-    /// redirects repeat); ASK and TRYAGAIN mean the queue's slot is being migrated: the worker's
+    /// MOVED updates the map at once and reconnects without waiting (with a short backoff only when
+    /// MOVED keeps coming); ASK and TRYAGAIN mean the queue's slot is being migrated: the worker's
     /// batches touch several keys of the slot, which Redis cannot serve while they are split
     /// between two nodes, so it waits (100 ms, doubling to 5 s) until the slot has moved and MOVED
     /// says where. CLUSTERDOWN and READONLY mark the map stale.
@@ -380,14 +380,18 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         switch redirect {
         case .moved(let movedSlot, let node):
             cluster.moved(slot: movedSlot, to: node)
-            if channel.redirectsInARow == 1 { delay = 0 }
+            // The new owner is named: go at once, unless MOVED keeps coming (a map in flux).
+            delay = channel.redirectsInARow <= 2 ? 0 : QueueWorker.redirectDelay(channel.redirectsInARow - 2)
         case .ask, .tryAgain:
             break
         case .clusterDown, .notMaster, nil:
             cluster.invalidate()
         }
         let metadata: Logger.Metadata = ["reply": "\(message.prefix(120))", "slot": "\(channel.slot)", "reconnect_ms": "\(delay)"]
-        if channel.redirectsInARow == 1 || channel.redirectsInARow % 10 == 0 {
+        // MOVED is rare (a slot changed hands) and always said; repeated waits for a migration go to debug.
+        var isMove = false
+        if case .moved? = redirect { isMove = true }
+        if isMove || channel.redirectsInARow == 1 || channel.redirectsInARow % 10 == 0 {
             channel.logger.notice("Redis Cluster redirect: reconnecting the queue to its slot's master", metadata: metadata)
         } else {
             channel.logger.debug("Redis Cluster redirect: reconnecting the queue to its slot's master", metadata: metadata)

@@ -279,6 +279,86 @@ extension IntegrationTests {
             }
         }
 
+        @Test
+        func workerFollowsItsQueueThroughASlotMigration() async throws {
+            signal(SIGPIPE, SIG_IGN)
+            let cluster = try RedisClusterFixture()
+            defer { cluster.stop() }
+            let emulator = try await EmulatorHost { $0.latencyMilliseconds = 20 }
+            defer { emulator.shutdown() }
+            let seeds = cluster.seeds
+            let keys = QueueKeys(queue: Self.shards[1])
+            let slot = RedisClusterSlot.of(queue: keys.queue)
+            let source = try ClusterRedisClient(seeds: seeds).owner(ofSlot: slot)
+            let target = try #require(try ClusterRedisClient(seeds: seeds).masters().first { $0 != source })
+            let total = 2000
+            var apnsIDs: [String] = []
+            var commands: [[RedisArgument]] = []
+            for number in 0..<total {
+                let id = String(format: "00000000-0000-4000-9000-%012x", number)
+                apnsIDs.append(id)
+                commands.append(["XADD", .text(keys.jobs), "*", "token", .text(WorkerHarness.deviceToken(number)),
+                                 "payload", .text(WorkerHarness.payload(number)), "id", .text(id)])
+            }
+            let added = try ClusterRedisClient(seeds: seeds).pipeline(commands)
+            #expect(added.allSatisfy { !$0.isError })
+
+            let worker = try WorkerProcess(
+                arguments: ["--redis", cluster.firstNodeURL, "--redis-cluster", "--queue", keys.queue, "--no-metrics", "--connections", "1",
+                            "--max-streams", "10", "--consumer", "migrating", "--log-level", "info"] + emulator.workerArguments,
+                logPath: emulator.directory.path("worker.log"))
+            defer { if worker.isRunning { worker.signal(SIGKILL) } }
+            try await waitFor("the worker delivers", timeout: .seconds(60)) { try await emulator.statistics().acceptedUnique >= 200 }
+
+            // Migrate the queue's slot as redis-cli --cluster reshard does: IMPORTING, MIGRATING,
+            // MIGRATE the keys (the stream keeps its group and pending list), then NODE everywhere.
+            let sourceNode = try BlockingRESP(port: source.port)
+            let targetNode = try BlockingRESP(port: target.port)
+            let sourceID = try #require(try sourceNode.command(["CLUSTER", "MYID"]).string)
+            let targetID = try #require(try targetNode.command(["CLUSTER", "MYID"]).string)
+            #expect(try targetNode.command(["CLUSTER", "SETSLOT", String(slot), "IMPORTING", sourceID]).string == "OK")
+            #expect(try sourceNode.command(["CLUSTER", "SETSLOT", String(slot), "MIGRATING", targetID]).string == "OK")
+            let present = try [keys.jobs, keys.retry, keys.dead, keys.feedback].filter {
+                try sourceNode.command(["EXISTS", $0]).integer == 1
+            }
+            let migrated = try sourceNode.command(["MIGRATE", "127.0.0.1", String(target.port), "", "0", "5000", "KEYS"] + present)
+            #expect(migrated.string == "OK", "MIGRATE: \(migrated)")
+            sourceNode.close()
+            targetNode.close()
+            // Mid-migration the source answers ASK (or TRYAGAIN): the worker waits for the move to end.
+            try await waitFor("the worker meets the migration", timeout: .seconds(30)) {
+                worker.logTail(200_000).contains("Redis Cluster redirect")
+            }
+            for node in try ClusterRedisClient(seeds: seeds).masters() {
+                let connection = try BlockingRESP(port: node.port)
+                defer { connection.close() }
+                #expect(try connection.command(["CLUSTER", "SETSLOT", String(slot), "NODE", targetID]).string == "OK")
+            }
+
+            var last = ""
+            let settled = try await waitFor("every job is delivered from the slot's new master", timeout: .seconds(120),
+                                            interval: .milliseconds(250), failOnTimeout: false) {
+                let node = try BlockingRESP(port: target.port)
+                defer { node.close() }
+                let length = try node.command(["XLEN", keys.jobs]).integer ?? -1
+                let pending = try node.command(["XPENDING", keys.jobs, keys.group]).array?.first?.integer ?? -1
+                let retry = try node.command(["ZCARD", keys.retry]).integer ?? -1
+                let statistics = try await emulator.statistics()
+                last = "stream \(length), pending \(pending), retry \(retry), accepted unique \(statistics.acceptedUnique) of \(total)"
+                return length == 0 && pending == 0 && retry == 0 && statistics.acceptedUnique >= total
+            }
+            #expect(settled, "\(last)\n\(worker.logTail(4000))")
+            let counts = try await emulator.acceptedCounts(apnsIDs)
+            #expect(counts.allSatisfy { $0 >= 1 }, "never delivered: \(counts.filter { $0 == 0 }.count)")
+            let duplicates = counts.reduce(0) { $0 + max(0, $1 - 1) }
+            let log = worker.logTail(400_000)
+            #expect(log.contains("reply=ASK \(slot)"), "the worker met ASK mid-migration: \(worker.logTail(3000))")
+            #expect(log.contains("reply=MOVED \(slot) 127.0.0.1:\(target.port)"), "the worker followed MOVED: \(worker.logTail(3000))")
+            #expect(log.contains("node=127.0.0.1:\(target.port)"), "the worker went to the new master")
+            #expect(worker.isRunning)
+            print("slot migration: \(total) jobs delivered, \(duplicates) duplicates")
+        }
+
         /// Runs the herald binary to its end; no HERALD_* settings from the developer's shell.
         func runHerald(_ arguments: [String], environment extra: [String: String] = [:]) throws -> (status: Int32, stdout: String, stderr: String) {
             let process = Process()
