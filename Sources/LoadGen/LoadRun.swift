@@ -246,6 +246,22 @@ public final class LoadRun {
     // MARK: Redis
 
     private func startRedis() throws -> (RedisEndpoint, String) {
+        if let url = configuration.redisURL, RedisClusterSeeds.isClusterURL(url) {
+            // An attached Redis Cluster: the queue's keys live on one master, which the run
+            // inspects directly; the workers get the cluster URL and route by themselves.
+            var seeds: RedisClusterSeeds
+            do {
+                seeds = try RedisClusterSeeds(url: url)
+                if let password = configuration.redisPassword {
+                    var endpoints = seeds.endpoints
+                    for index in endpoints.indices { endpoints[index].password = password }
+                    seeds = try RedisClusterSeeds(endpoints: endpoints)
+                }
+            } catch { throw LoadGenError("\(error)") }
+            let owner = try ClusterRedisClient(seeds: seeds).endpoint(forQueue: configuration.queue)
+            log?("  attached Redis Cluster \(seeds); queue \(configuration.queue) is on \(owner.host):\(owner.port)")
+            return (owner, seeds.urlWithoutPassword)
+        }
         if let url = configuration.redisURL {
             var endpoint: RedisEndpoint
             do { endpoint = try RedisEndpoint(url: url) } catch { throw LoadGenError("\(error)") }

@@ -60,6 +60,14 @@ public struct RedisClusterSeeds: Sendable, Equatable, CustomStringConvertible {
         return endpoint
     }
 
+    /// The URL without any password, for a child process whose password travels apart (in its
+    /// environment).
+    public var urlWithoutPassword: String {
+        var text = RedisClusterSeeds.scheme
+        if let user = endpoints[0].user { text += RedisEndpoint.percentEncoded(user) + ":@" }
+        return text + endpoints.map { RedisClusterMap.Node(host: $0.host, port: $0.port).description }.joined(separator: ",") + "/"
+    }
+
     /// The seeds with the password shown as `***`.
     public var description: String {
         let first = endpoints[0].description

@@ -36,7 +36,7 @@ final class RedisClusterFixture: @unchecked Sendable {
             var lastError: (any Error)? = nil
             var started: Node? = nil
             for _ in 0..<5 {
-                let port = try RedisServer.freePort()
+                let port = try RedisClusterFixture.freeNodePort()
                 let nodeDirectory = directory.path("node-\(index)")
                 try FileManager.default.createDirectory(atPath: nodeDirectory, withIntermediateDirectories: true)
                 do {
@@ -62,6 +62,19 @@ final class RedisClusterFixture: @unchecked Sendable {
     }
 
     deinit { stop() }
+
+    /// A free port whose cluster bus port (port + 10000) is free too: Redis refuses a node
+    /// port above 55535.
+    static func freeNodePort() throws -> Int {
+        for _ in 0..<200 {
+            let port = try RedisServer.freePort()
+            guard port <= 55535 else { continue }
+            guard let (fd, _) = try? Socket.listen(host: "127.0.0.1", port: port + 10000) else { continue }
+            close(fd)
+            return port
+        }
+        throw RedisServerError("no free port pair (P, P + 10000) for a cluster node")
+    }
 
     /// Starts one cluster node and waits until it answers PING.
     private static func launch(port: Int, directory nodeDirectory: String) throws -> Process {
