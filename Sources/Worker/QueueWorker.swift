@@ -344,8 +344,15 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             channel.logger.warning("consumer group missing; recreating it", metadata: ["error": "\(message)"])
             channel.groupReady = false
             ensureGroup(channel)
+        } else if message == channel.lastError && channel.errorRepeats % 100 != 99 {
+            // The same error again (a key of the wrong type, a missing permission): one line,
+            // then one per hundred repeats, not one per retry-promotion tick.
+            channel.errorRepeats += 1
+            channel.logger.debug("Redis error again", metadata: ["error": "\(message)", "repeats": "\(channel.errorRepeats)"])
         } else {
-            channel.logger.error("Redis error", metadata: ["error": "\(message)"])
+            channel.errorRepeats = message == channel.lastError ? channel.errorRepeats + 1 : 0
+            channel.lastError = message
+            channel.logger.error("Redis error", metadata: ["error": "\(message)", "queue_keys": "\(channel.keys.jobs)"])
         }
     }
 
@@ -502,9 +509,17 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             case .failure:
                 return
             case .success(.failure(let error)):
-                if case .server(let message) = error { self.handleRedisError(message, channel: channel) }
+                if case .server(let message) = error {
+                    self.handleRedisError(message, channel: channel)
+                    if message.hasPrefix("NOGROUP") { break }  // recreated; read again at once
+                    if channel.reader == nil { break }  // a cluster redirect: the pair is being replaced
+                }
+                // WRONGTYPE, NOPERM, an unreadable reply: this queue waits, longer each time,
+                // instead of asking again at once; the other queues read on.
+                self.pauseReads(channel)
             case .success(.success(let read)):
                 channel.redirectsInARow = 0
+                channel.readFailures = 0
                 channel.active = !read.isEmpty
                 let (entries, deferredAfter) = QueueWorker.deferringOverBudget(read)
                 if channel.recoveringPending {
@@ -523,6 +538,18 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 self.take(entries, queue: channel.index, deliveries: nil)
             }
             self.maybeRead()
+        }
+    }
+
+    /// A read of `channel` failed: its next read waits 1 s, doubling up to a minute while the
+    /// failures go on.
+    private func pauseReads(_ channel: QueueChannel) {
+        guard channel.readPause == nil else { return }
+        channel.readFailures += 1
+        let delay = Backoff.reconnect.delayMilliseconds(afterFailures: channel.readFailures, using: &random)
+        channel.readPause = loop.schedule(afterMilliseconds: delay) { [weak self, weak channel] in
+            channel?.readPause = nil
+            self?.maybeRead()
         }
     }
 
@@ -689,7 +716,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     /// XAUTOCLAIM entries other workers left idle in `channel`'s queue (they crashed), then read
     /// their delivery counts. Each queue claims at most its share of the budget.
     private func claimIdle(_ channel: QueueChannel, budget: Int) {
-        guard stoppedSendingReason == nil, channel.groupReady, !channel.claimInFlight, let writer = channel.writer, writer.isReady else { return }
+        guard budget > 0, stoppedSendingReason == nil, channel.groupReady, !channel.claimInFlight,
+              let writer = channel.writer, writer.isReady else { return }
         let count = readCount(channel, budget: budget, sharers: channels.count)
         guard count > 0 else { return }
         channel.claimInFlight = true
@@ -753,6 +781,12 @@ final class QueueChannel {
     let slot: Int
     /// Cluster redirects followed in a row without a read succeeding.
     var redirectsInARow = 0
+    /// Reads paused after a failed read (`QueueWorker.pauseReads`), and how many failed in a row.
+    var readPause: EventLoop.TimerID?
+    var readFailures = 0
+    /// The last Redis error and how often it repeated since (to log a repeat once per hundred).
+    var lastError: String?
+    var errorRepeats = 0
     /// Its last read brought entries (or it has not read yet): it shares the read budget.
     var active = true
     /// Bytes per entry of this queue's replies, about: up at once, down slowly.
@@ -766,7 +800,7 @@ final class QueueChannel {
     }
 
     /// Connected, the group in place: it may read.
-    var canRead: Bool { groupReady && (reader?.isReady ?? false) }
+    var canRead: Bool { groupReady && readPause == nil && (reader?.isReady ?? false) }
 
     /// Updates the bytes-per-entry estimate from one reply.
     func noteReply(bytes: Int, entries: Int) {
@@ -777,6 +811,7 @@ final class QueueChannel {
 
     func close(loop: EventLoop) {
         if let reconnectTimer { loop.cancel(reconnectTimer) }
+        if let readPause { loop.cancel(readPause) }
         reader?.delegate = nil
         writer?.delegate = nil
         reader?.close()

@@ -58,10 +58,11 @@ struct StatsCommand: ParsableCommand {
             // The total of several queues: sums, the oldest pending entry, the soonest retry.
             let total = QueueStatsTotal(stats)
             allRows.append([
-                "TOTAL", String(total.depth), String(total.pending), (total.lagIsExact ? "" : "~") + String(total.lag),
+                "TOTAL", String(total.depth), total.anyGroup ? String(total.pending) : "-",
+                total.anyGroup ? (total.lagIsExact ? "" : "~") + String(total.lag) : "-",
                 total.oldestPendingAge.map(HumanTime.duration) ?? "-", String(total.retrySize), String(total.retryDue),
                 total.nextRetryAt.map { StatsCommand.nextRetry($0, now: total.sampledAt) } ?? "-",
-                String(total.deadLetters), String(total.feedback), String(total.consumers),
+                String(total.deadLetters), String(total.feedback), total.anyGroup ? String(total.consumers) : "-",
             ])
         }
         var sections = [QueueToolOutput.table(
@@ -145,6 +146,8 @@ struct StatsCommand: ParsableCommand {
 struct QueueStatsTotal {
     var depth = 0, pending = 0, lag = 0, retrySize = 0, retryDue = 0, deadLetters = 0, feedback = 0, consumers = 0
     var lagIsExact = true
+    /// Some queue has the consumer group (else pending, lag and consumers are unknown, not 0).
+    var anyGroup = false
     var oldestPendingAge: Int64?
     var nextRetryAt: Int64?
     var sampledAt: Int64 = 0
@@ -159,6 +162,7 @@ struct QueueStatsTotal {
             sampledAt = max(sampledAt, queue.sampledAt)
             if let next = queue.nextRetryAt { nextRetryAt = min(nextRetryAt ?? next, next) }
             guard let group = queue.group else { continue }
+            anyGroup = true
             pending += group.pending
             lag += group.lag
             lagIsExact = lagIsExact && group.lagIsExact

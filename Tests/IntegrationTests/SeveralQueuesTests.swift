@@ -142,6 +142,123 @@ extension IntegrationTests {
         }
 
         @Test
+        func metricsAreLabelledPerQueueAndTheConfigFileNamesTheQueues() async throws {
+            try await withOperationsBed { bed in
+                let emulator = try await bed.startEmulator(["--unregistered-prefix", "dead"])
+                let first = QueueKeys(queue: "mail"), second = QueueKeys(queue: "chat")
+                _ = try await bed.client.xadd(first.jobs, count: 305) { index in
+                    index < 300 ? [("token", WorkerHarness.deviceToken(index, prefix: "0a")), ("payload", WorkerHarness.payload(index))]
+                        : [("token", WorkerHarness.deviceToken(index, prefix: "0a"))]  // missing_payload
+                }
+                _ = try await bed.client.xadd(second.jobs, count: 103) { index in
+                    [("token", WorkerHarness.deviceToken(index, prefix: index < 100 ? "0c" : "dead")), ("payload", WorkerHarness.payload(index))]
+                }
+                let config = bed.directory.path("herald.yaml")
+                try "queues: [mail, chat]\n".write(toFile: config, atomically: true, encoding: .utf8)
+                let (worker, http) = try bed.startWorker(["--redis", bed.redis.url, "--config", config, "--bundle-id", "com.example.app"]
+                                                         + emulator.workerArguments)
+                try await waitFor("the worker drains both queues", timeout: .seconds(60), interval: .milliseconds(100)) {
+                    try worker.requireRunning()
+                    let mail = try await bed.drained(first)
+                    let chat = try await bed.drained(second)
+                    return mail && chat
+                }
+                let scrape = try await http.scrape(until: "/metrics shows every queue's outcomes and gauges", process: worker) { scrape in
+                    scrape.count("herald_notifications_total", ["queue": "mail"]) >= 305 && scrape.count("herald_notifications_total", ["queue": "chat"]) >= 103
+                        && scrape.count("herald_dead_letter_stream_length", ["queue": "mail"]) == 5
+                        && scrape.count("herald_feedback_stream_length", ["queue": "chat"]) == 3
+                }
+                let notifications = scrape.series("herald_notifications_total")
+                #expect(scrape.count("herald_notifications_total", ["queue": "mail", "outcome": "accepted"]) == 300, "\(notifications)")
+                #expect(scrape.count("herald_notifications_total", ["queue": "mail", "outcome": "dead_lettered"]) == 5, "\(notifications)")
+                #expect(scrape.count("herald_notifications_total", ["queue": "chat", "outcome": "accepted"]) == 100, "\(notifications)")
+                #expect(scrape.count("herald_notifications_total", ["queue": "chat", "outcome": "dead_token"]) == 3, "\(notifications)")
+                #expect(scrape.count("herald_notifications_total", ["queue": "chat", "outcome": "dead_lettered"]) == 0, "\(notifications)")
+                #expect(scrape.count("herald_jobs_read_total", ["queue": "mail"]) == 305 && scrape.count("herald_jobs_read_total", ["queue": "chat"]) == 103)
+                for gauge in ["herald_queue_depth", "herald_queue_pending", "herald_consumer_lag", "herald_retry_set_size"] {
+                    #expect(scrape.count(gauge, ["queue": "mail"]) == 0 && scrape.count(gauge, ["queue": "chat"]) == 0,
+                            "one \(gauge) series per queue: \(scrape.series(gauge))")
+                }
+                #expect(scrape.count("herald_dead_letter_stream_length", ["queue": "chat"]) == 0 && scrape.count("herald_feedback_stream_length", ["queue": "mail"]) == 0)
+                #expect(scrape.count("herald_queue_depth", ["queue": "default"]) == -1, "no series for a queue the worker does not read")
+                #expect(try http.status("/readyz") == 200)
+                #expect(try await worker.terminate() == 0, "SIGTERM drains and exits 0: \(worker.outputTail())")
+            }
+        }
+
+        @Test
+        func aBrokenQueueDoesNotStopTheOthersNorSpin() async throws {
+            try await withWorkerBed { bed in
+                let good = QueueKeys(queue: "good"), broken = QueueKeys(queue: "broken")
+                // The broken queue's stream key holds a string: every read and group creation on it
+                // fails with WRONGTYPE.
+                try await bed.client.command("SET", broken.jobs, "not a stream")
+                let jobs = try await enqueueJobs(bed, good, 1_000, prefix: "0e")
+                let worker = try bed.startProcess(["--queues", "broken,good", "--connections", "2"])
+                var ledger = PerQueueLedger()
+                try await waitFor("the good queue is drained", timeout: .seconds(60)) {
+                    guard worker.isRunning else { throw WaitTimeout(description: "herald worker exited: \(worker.logTail())") }
+                    ledger = try await PerQueueLedger.read(bed, good, jobs: jobs)
+                    return ledger.settled
+                }
+                #expect(ledger.accepted == 1_000 && ledger.duplicates == 0 && ledger.missing == 0, "\(ledger)")
+                // Let the broken queue fail for a while longer: its reads back off and a repeated
+                // error is logged once, not once per retry-promotion tick (4 a second) or per read.
+                let watchedFrom = ContinuousClock.now
+                try await waitFor("three seconds of a broken queue", timeout: .seconds(10), failOnTimeout: false) {
+                    ContinuousClock.now - watchedFrom >= .seconds(3)
+                }
+                #expect(worker.isRunning, "a broken queue does not end the worker: \(worker.logTail())")
+                let log = worker.logTail(200_000)
+                let errorLines = log.split(separator: "\n").filter { $0.contains("WRONGTYPE") }
+                #expect(!errorLines.isEmpty, "the broken queue is reported: \(log.suffix(2000))")
+                #expect(errorLines.count <= 5, "repeated errors are not logged every time: \(errorLines.count) lines\n\(errorLines.prefix(10).joined(separator: "\n"))")
+                #expect(try await bed.client.command("GET", broken.jobs).string == "not a stream", "the broken key is left alone")
+                worker.signal(SIGTERM)
+                let ended = try await worker.waitForExit(timeout: .seconds(20))
+                #expect(ended?.status == 0, "SIGTERM drains and exits 0: \(worker.logTail())")
+            }
+        }
+
+        @Test
+        func aKilledShardedWorkersEntriesAreTakenOverPerQueue() async throws {
+            // 200 ms answers keep notifications in flight in every shard when the worker is killed.
+            try await withWorkerBed(emulator: { $0.latencyMilliseconds = 200 }) { bed in
+                let queues = QueueShards.names(base: "claim", shards: 2).map { QueueKeys(queue: $0) }
+                var jobs: [[QueueJob]] = []
+                for (index, keys) in queues.enumerated() { jobs.append(try await enqueueJobs(bed, keys, 1_000, prefix: "1\(index)")) }
+                let first = try bed.startProcess(["--queue", "claim", "--shards", "2", "--connections", "2", "--max-streams", "50", "--claim-idle", "2"])
+                try await waitFor("herald worker \(first.pid) has delivered some jobs", timeout: .seconds(30)) {
+                    guard first.isRunning else { throw WaitTimeout(description: "herald worker exited early: \(first.logTail())") }
+                    return try await bed.emulator.statistics().acceptedUnique >= 200
+                }
+                first.signal(SIGKILL)
+                _ = try await first.waitForExit(timeout: .seconds(10))
+                var pendingAtKill: [Int] = []
+                for keys in queues { pendingAtKill.append(try await bed.client.pendingCount(keys.jobs, group: keys.group)) }
+                #expect(pendingAtKill.allSatisfy { $0 > 0 }, "the killed worker left entries pending in every shard: \(pendingAtKill)")
+
+                let second = try await bed.startWorker(connections: 2, maxStreams: 50) {
+                    $0.queues = queues
+                    $0.claimIdleMilliseconds = 2_000
+                }
+                var ledgers: [PerQueueLedger] = []
+                try await waitFor("every shard is drained by the second worker", timeout: .seconds(90), interval: .milliseconds(200)) {
+                    ledgers = []
+                    for (index, keys) in queues.enumerated() { ledgers.append(try await PerQueueLedger.read(bed, keys, jobs: jobs[index])) }
+                    return ledgers.allSatisfy { $0.settled }
+                }
+                let perQueue = try await second.queueCounters()
+                print("aKilledShardedWorkersEntriesAreTakenOverPerQueue: pending at the kill \(pendingAtKill); reclaimed \(perQueue.map(\.jobsReclaimed)); \(ledgers)")
+                for ledger in ledgers {
+                    #expect(ledger.accepted == 1_000 && ledger.missing == 0, "none lost: \(ledger)")
+                    #expect(ledger.duplicates <= 2 * 50, "duplicates only from what was in flight at the kill: \(ledger)")
+                }
+                #expect(perQueue.allSatisfy { $0.jobsReclaimed > 0 }, "each shard's idle entries were claimed in that shard: \(perQueue.map(\.jobsReclaimed))")
+            }
+        }
+
+        @Test
         func enqueueShardsFollowTheDocumentedHash() throws {
             let harness = try QueueToolingHarness(queue: "push")
             let base = "ab" + String(repeating: "0", count: 62)
@@ -243,8 +360,12 @@ extension IntegrationTests {
 
             let clash = try harness.herald("stats", "--queues", "a,b", "--shards", "2")
             #expect(clash.status != 0 && clash.stderr.contains("exclude each other"), "\(clash.stderr)")
-            let one = try harness.herald("dead-letters", "list", "--shards", "3", "--queue", "s")
-            #expect(one.status != 0 && one.stderr.contains("one queue at a time"), "\(one.stderr)")
+            let letters = try harness.herald("dead-letters", "list", "--shards", "3", "--queue", "s")
+            #expect(letters.status == 0 && letters.stdout.contains("== s-1") && letters.stdout.contains("BadDeviceToken"), "\(letters.stdout)\(letters.stderr)")
+            let requeue = try harness.herald("dead-letters", "requeue", "--shards", "3", "--queue", "s", "--dry-run")
+            #expect(requeue.status == 0 && requeue.stdout.contains("would requeue 1 dead letter to herald:{s-1}:jobs"), "\(requeue.stdout)\(requeue.stderr)")
+            let follow = try harness.herald("feedback", "tail", "--shards", "3", "--queue", "s")
+            #expect(follow.status != 0 && follow.stderr.contains("one queue at a time"), "\(follow.stderr)")
         }
     }
 }
