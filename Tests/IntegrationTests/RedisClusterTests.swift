@@ -388,6 +388,25 @@ extension IntegrationTests {
             print("slot migration: \(total) jobs delivered, \(duplicates) duplicates")
         }
 
+        @Test
+        func loadgenDrivesShardsOnAnAttachedCluster() throws {
+            let cluster = try RedisClusterFixture()
+            defer { cluster.stop() }
+            let runner = LoadGenRunTests()
+            let (report, _, output) = try runner.loadgen(["--redis", cluster.url, "--queue", "alerts", "--shards", "6",
+                                                          "--notifications", "6000", "--tokens", "600", "--workers", "2"])
+            let outcomes = report["outcomes"] as? [String: Any]
+            #expect(runner.int(outcomes, "accepted") == 6000, "\(output)")
+            #expect(runner.int(outcomes, "lost") == 0 && runner.int(outcomes, "duplicated") == 0, "\(output)")
+            let queues = try #require(report["queues"] as? [[String: Any]], "a row per shard: \(output)")
+            #expect(queues.compactMap { runner.int($0, "notifications") }.reduce(0, +) == 6000, "\(queues)")
+            // The shards really sit on three masters, and each master got its shards' jobs.
+            let client = try ClusterRedisClient(seeds: cluster.seeds)
+            let owners = try Self.shards.map { try client.owner(ofSlot: RedisClusterSlot.of(queue: $0)) }
+            #expect(Set(owners).count == 3)
+            #expect(output.contains("attached Redis Cluster"), "\(output)")
+        }
+
         /// Runs the herald binary to its end; no HERALD_* settings from the developer's shell.
         func runHerald(_ arguments: [String], environment extra: [String: String] = [:]) throws -> (status: Int32, stdout: String, stderr: String) {
             let process = Process()
