@@ -5,7 +5,7 @@ import Transport
 
 /// Which Redis and which queue.
 struct QueueOptions: ParsableArguments {
-    @Option(help: "Redis URL, redis://[user@]host[:port][/db] (env HERALD_REDIS; default redis://127.0.0.1:6379). Give the password with --redis-password-file or HERALD_REDIS_PASSWORD, not here: the command line is visible to every local user.")
+    @Option(help: "Redis URL, redis://[user@]host[:port][/db], or redis+cluster://host:port,host:port/ for a Redis Cluster (env HERALD_REDIS; default redis://127.0.0.1:6379). Give the password with --redis-password-file or HERALD_REDIS_PASSWORD, not here: the command line is visible to every local user.")
     var redis: String?
 
     @Option(name: .customLong("redis-password-file"), help: "A file holding the Redis password (env HERALD_REDIS_PASSWORD_FILE; or HERALD_REDIS_PASSWORD holding the password itself). Wins over a password in the URL.")
