@@ -156,8 +156,8 @@ public final class ClusterRedisClient: QueueToolRedis, RedisConnectionDelegate {
             keyIndex = command.count > 3 && ClusterRedisClient.text(command[2]) != "0" ? 3 : nil
         case "XREAD", "XREADGROUP":
             keyIndex = command.firstIndex { ClusterRedisClient.text($0)?.uppercased() == "STREAMS" }.map { $0 + 1 }
-        case "XINFO":
-            keyIndex = 2
+        case "XINFO", "XGROUP", "OBJECT", "MEMORY":
+            keyIndex = 2  // a subcommand, then the key
         case "SCAN", "TIME", "PING", "CLUSTER", "INFO", "MULTI", "EXEC", "ASKING":
             keyIndex = nil
         default:

@@ -147,6 +147,81 @@ extension IntegrationTests {
             #expect(plain.status != 0 && plain.stderr.contains("MOVED"), "\(plain.stderr)")
         }
 
+        /// The worker's multi-key writes on a real cluster: the outcome batch (`MULTI`, XADD to
+        /// :dead and :feedback, ZADD to :retry, XACK, XDEL, `EXEC`) and the retry-promotion Lua
+        /// script run on the queue's master without CROSSSLOT; sent to another master, the
+        /// batch is refused as a whole (MOVED for each command, EXECABORT for EXEC) and nothing
+        /// of it is applied anywhere, so writing it again on the right master cannot apply it twice.
+        @Test
+        func outcomeBatchesAndTheRetryScriptStayInTheQueueSlot() throws {
+            let cluster = try RedisClusterFixture()
+            defer { cluster.stop() }
+            let keys = QueueKeys(queue: Self.shards[2])
+            let client = try ClusterRedisClient(seeds: cluster.seeds)
+            let owner = try client.owner(ofSlot: RedisClusterSlot.of(queue: keys.queue))
+            let other = try #require(try client.masters().first { $0 != owner })
+            // Two entries in the group's pending list, as a worker holds them.
+            try client.run(["XGROUP", "CREATE", .text(keys.jobs), .text(keys.group), "0", "MKSTREAM"])
+            for index in 0..<2 {
+                try client.run(["XADD", .text(keys.jobs), "*", "token", .text(WorkerHarness.deviceToken(index)), "payload", "{}"])
+            }
+            let read = try client.run(["XREADGROUP", "GROUP", .text(keys.group), "c", "COUNT", "2", "STREAMS", .text(keys.jobs), ">"])
+            let ids = (read.array?.first?.array?[1].array ?? []).compactMap { $0.array?.first?.string }.compactMap(StreamEntryID.init)
+            #expect(ids.count == 2)
+            let batch = OutcomeBatch(sequence: 1, entries: [
+                EntryOutcome(entryID: ids[0], writes: [.deadLetter(DeadLetter.Draft(
+                    fields: [("token", Array(WorkerHarness.deviceToken(0).utf8))], tokens: nil, reason: "bad_priority",
+                    message: "test", status: 0, attempts: 0, failedAt: 1))]),
+                EntryOutcome(entryID: ids[1], writes: [.feedback(FeedbackEntry.Draft(
+                    token: WorkerHarness.deviceToken(1), topic: "com.example", reason: "Unregistered", timestamp: 1, job: ids[1].description))]),
+            ])
+
+            /// Sends the batch as the worker does (one pipeline on Herald's RedisConnection); EXEC's reply.
+            func exec(on node: RedisClusterMap.Node) throws -> RedisReply {
+                let loop = try EventLoop()
+                let connection = RedisConnection(loop: loop, endpoint: RedisEndpoint(host: node.host, port: node.port))
+                connection.connect()
+                var result: RedisReply? = nil
+                var timedOut = false
+                batch.send(on: connection, keys: keys, maxLength: 1000) { answer in
+                    if case .success(let reply) = answer { result = reply } else { result = .error("connection lost") }
+                    loop.stop()
+                }
+                let timer = loop.schedule(afterMilliseconds: 5_000) { timedOut = true; loop.stop() }
+                while result == nil && !timedOut { loop.run() }
+                loop.cancel(timer)
+                connection.close()
+                return result ?? .error("no answer within 5 s")
+            }
+
+            // The wrong master: the whole transaction is discarded.
+            let refused = try exec(on: other)
+            guard case .error(let message) = refused else {
+                Issue.record("EXEC on a master that does not own the slot answered \(refused)")
+                return
+            }
+            #expect(message.hasPrefix("EXECABORT") || RedisClusterRedirect(errorMessage: message) != nil, "\(message)")
+            #expect(try client.run(["XLEN", .text(keys.dead)]).integer == 0)
+            #expect(try client.run(["XLEN", .text(keys.feedback)]).integer == 0)
+            #expect(try client.run(["XLEN", .text(keys.jobs)]).integer == 2, "nothing acknowledged or deleted")
+
+            // The right master: every command of the batch applied, no CROSSSLOT.
+            let applied = try exec(on: owner)
+            let replies = try #require(applied.array, "EXEC answered \(applied)")
+            #expect(replies.count == 4 && !replies.contains { $0.isError }, "\(replies)")
+            #expect(try client.run(["XLEN", .text(keys.dead)]).integer == 1)
+            #expect(try client.run(["XLEN", .text(keys.feedback)]).integer == 1)
+            #expect(try client.run(["XLEN", .text(keys.jobs)]).integer == 0)
+
+            // The retry promotion script: two keys of the slot, on its master.
+            try client.run(["ZADD", .text(keys.retry), "1", .text(#"["token","\#(WorkerHarness.deviceToken(5))","payload","{}"]"#)])
+            let promoted = try client.run(["EVAL", .text(QueueScripts.promoteDueRetries), "2", .text(keys.retry), .text(keys.jobs),
+                                           .text(String(Int64(Date().timeIntervalSince1970 * 1000))), "1000"])
+            #expect(!promoted.isError, "\(promoted)")
+            #expect(try client.run(["ZCARD", .text(keys.retry)]).integer == 0)
+            #expect(try client.run(["XLEN", .text(keys.jobs)]).integer == 1)
+        }
+
         @Test
         func workersFollowAMasterFailoverAndEveryJobIsCounted() async throws {
             signal(SIGPIPE, SIG_IGN)
