@@ -482,6 +482,36 @@ extension IntegrationTests {
             #expect(output.contains("attached Redis Cluster"), "\(output)")
         }
 
+        /// `--redis-cluster` against a Redis that is not a cluster node: the tools stop with a
+        /// message that says what to do; the worker says so, keeps retrying with backoff (no
+        /// spin, no crash) and is not ready.
+        @Test
+        func aPlainRedisGivenAsAClusterIsRefusedClearly() async throws {
+            let server = try RedisServer()
+            defer { server.stop() }
+            let stats = try runHerald(["stats", "--redis", server.url, "--redis-cluster"])
+            #expect(stats.status != 0)
+            #expect(stats.stderr.contains("not a Redis Cluster node") && stats.stderr.contains("without --redis-cluster"), "\(stats.stderr)")
+            let emulator = try await EmulatorHost()
+            defer { emulator.shutdown() }
+            let worker = try WorkerProcess(arguments: ["--redis", server.url, "--redis-cluster", "--metrics-port", "0", "--log-level", "debug"]
+                                                + emulator.workerArguments,
+                                           logPath: emulator.directory.path("worker.log"))
+            defer { if worker.isRunning { worker.signal(SIGKILL) } }
+            try await waitFor("the worker says the Redis is no cluster", timeout: .seconds(30)) {
+                worker.logTail().contains("cluster support disabled")
+            }
+            let port = try #require(worker.logTail().split(separator: "\n").first { $0.hasPrefix("metrics on ") }.flatMap { Int($0.dropFirst("metrics on ".count)) })
+            #expect(try OperationsHTTP(port: port).status("/readyz") == 503)
+            #expect(worker.isRunning)
+            // Backoff, not a spin: by the time three attempts failed (1 s and 2 s apart, with
+            // jitter), a spinning worker would have logged hundreds.
+            func attempts() -> Int { worker.logTail(400_000).components(separatedBy: "cluster support disabled").count - 1 }
+            try await waitFor("three attempts", timeout: .seconds(30)) { attempts() >= 3 }
+            #expect(attempts() < 10, "\(attempts()) attempts: \(worker.logTail(2000))")
+            #expect(worker.isRunning)
+        }
+
         /// Runs the herald binary to its end; no HERALD_* settings from the developer's shell.
         func runHerald(_ arguments: [String], environment extra: [String: String] = [:]) throws -> (status: Int32, stdout: String, stderr: String) {
             let process = Process()
