@@ -287,16 +287,21 @@ extension IntegrationTests {
             }
             try await enqueue(round: 1, perShard: 1000)
 
-            // Two worker processes, each reading all six shards (`--queue alerts --shards 6`), each
-            // shard's connections on the master of its slot.
+            // Two worker processes, each reading all six shards, each shard's connections on the
+            // master of its slot: one told by flags (`--redis redis+cluster://… --queue alerts
+            // --shards 6`), one by a config file naming one node with `redis_cluster: true`.
             var workers: [WorkerProcess] = []
             defer { for worker in workers where worker.isRunning { worker.signal(SIGKILL) } }
-            for number in 0..<2 {
-                workers.append(try WorkerProcess(
-                    arguments: ["--redis", cluster.url, "--queue", "alerts", "--shards", "6", "--no-metrics", "--connections", "1",
-                                "--max-streams", "20", "--consumer", "cluster-\(number)", "--log-level", "info"] + emulator.workerArguments,
-                    logPath: emulator.directory.path("worker-\(number).log")))
-            }
+            let common = ["--no-metrics", "--connections", "1", "--max-streams", "20", "--log-level", "info"] + emulator.workerArguments
+            workers.append(try WorkerProcess(
+                arguments: ["--redis", cluster.url, "--queue", "alerts", "--shards", "6", "--consumer", "cluster-0"] + common,
+                logPath: emulator.directory.path("worker-0.log")))
+            let configPath = emulator.directory.path("herald.yaml")
+            try "redis: \(cluster.firstNodeURL)\nredis_cluster: true\nqueue: alerts\nshards: 6\n"
+                .write(toFile: configPath, atomically: true, encoding: .utf8)
+            workers.append(try WorkerProcess(
+                arguments: ["--config", configPath, "--consumer", "cluster-1"] + common,
+                logPath: emulator.directory.path("worker-1.log")))
             try await waitFor("the workers deliver", timeout: .seconds(60)) {
                 try await emulator.statistics().acceptedUnique >= 600
             }
