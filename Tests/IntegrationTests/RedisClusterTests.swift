@@ -122,6 +122,12 @@ extension IntegrationTests {
             let document = try JSONSerialization.jsonObject(with: Data(one.stdout.utf8)) as? [String: Any]
             let queues = document?["queues"] as? [[String: Any]]
             #expect(queues?.first?["depth"] as? Int == 2, "\(one.stdout)")
+            // dead-letters and feedback find the queue on its (new) master.
+            let letters = try runHerald(["dead-letters", "list", "--redis", cluster.url, "--queue", Self.shards[0], "--json"])
+            #expect(letters.status == 0, "\(letters.stderr)")
+            #expect(letters.stdout.contains("\"total\":1") || letters.stdout.contains("\"total\": 1"), "\(letters.stdout)")
+            let feedback = try runHerald(["feedback", "tail", "--redis", cluster.url, "--queue", Self.shards[4]])
+            #expect(feedback.status == 0, "\(feedback.stderr)")
             // enqueue --shards on a cluster: each job to its shard's master (CRC-32 of the token).
             var before = 0
             for shard in Self.shards { before += Int(try client.run(["XLEN", .text(QueueKeys(queue: shard).jobs)]).integer ?? 0) }
