@@ -337,8 +337,10 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     }
 
     private func handleRedisError(_ message: String, channel: QueueChannel) {
-        channel.redisErrors += 1
+        // A cluster redirect is the cluster working as designed (logged at notice), not an error
+        // for herald_redis_errors_total and its alert.
         if followClusterRedirect(message, channel: channel) { return }
+        channel.redisErrors += 1
         if message.hasPrefix("NOGROUP") {
             // Redis lost the stream or group (restart without data): recreate it and go on.
             channel.logger.warning("consumer group missing; recreating it", metadata: ["error": "\(message)"])
