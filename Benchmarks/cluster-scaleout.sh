@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Scale-out measured: what Redis spends per notification when Herald drains one queue on one
-# redis-server, against the same load spread over shards on a local Redis Cluster of 3 masters
-# and 3 replicas; then a projection to 1,000,000 notifications/s on a larger cluster.
+# redis-server, against the same load as shards on that one redis-server, on a local Redis
+# Cluster of 3 masters and 3 replicas, and on 3 masters alone; then a projection to 1,000,000
+# notifications/s on a larger cluster.
 #
 # Each case: a private Redis (or cluster) on free ports, Herald's APNs emulator, a backlog of N
 # notifications enqueued with `herald enqueue` (--shards on the cluster), then W `herald worker`
@@ -41,7 +42,7 @@ while [ $# -gt 0 ]; do
         --herald) HERALD="$2"; BUILD=0; shift 2 ;;
         --no-build) BUILD=0; shift ;;
         --keep) KEEP=1; shift ;;
-        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The measurement behind Benchmarks/cluster-scaleout.sh (run that; it builds herald first).
 
-Three cases, their order rotated when --runs > 1:
+Four cases, their order rotated when --runs > 1:
   single    one queue on one redis-server (no replica), W workers
+  sharded   the S shards on that one redis-server: what sharding alone costs, without a cluster
   cluster   S shards (--queue Q --shards S) on a local Redis Cluster of 3 masters + 3 replicas
             (cluster-node-timeout 5000, no persistence), W workers each reading every shard
   cluster0  the same shards on 3 masters without replicas: the replication's share of the cost
@@ -168,12 +169,12 @@ class Bench:
 
     def run_case(self, case):
         a = self.args
-        if case == "single":
+        if case in ("single", "sharded"):
             self.singles = getattr(self, "singles", 0) + 1
             port, process = self.start_redis(f"single{self.singles}")
             redis_processes = {"master": [(port, process)], "replica": []}
             url = f"redis://127.0.0.1:{port}"
-            queue_flags = ["--queue", a.queue]
+            queue_flags = ["--queue", a.queue] if case == "single" else ["--queue", a.queue, "--shards", str(a.shards)]
             cleanup = [process]
         else:
             nodes, masters, replicas = self.start_cluster(1 if case == "cluster" else 0)
@@ -263,8 +264,8 @@ def main():
     try:
         bench.start_emulator()
         for run in range(args.runs):
-            order = ["single", "cluster", "cluster0"]
-            order = order[run % 3:] + order[:run % 3]
+            order = ["single", "sharded", "cluster", "cluster0"]
+            order = order[run % 4:] + order[:run % 4]
             for case in order:
                 log(f"run {run + 1}: {case}")
                 results.append(bench.run_case(case))
@@ -282,7 +283,7 @@ def main():
     print("| case | drain s | notifications/s | Redis CPU µs/notification, masters | … replicas | enqueue (XADD) µs, masters | … replicas | busiest master µs/notification (its share) | worker CPU µs/notification |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
-        label = {"single": "one queue, one redis-server", "cluster": f"{args.shards} shards, 3 masters + 3 replicas",
+        label = {"single": "one queue, one redis-server", "sharded": f"{args.shards} shards, one redis-server", "cluster": f"{args.shards} shards, 3 masters + 3 replicas",
                  "cluster0": f"{args.shards} shards, 3 masters, no replicas"}[r["case"]]
         print(f"| {label} | {r['seconds']:.1f} | {r['rate']:,.0f} | {r['drain_master_us']:.2f} | {r['drain_replica_us']:.2f} | "
               f"{r['enqueue_master_us']:.2f} | {r['enqueue_replica_us']:.2f} | {r['busiest_master_us']:.2f} ({r['busiest_share']:.0%}) | {r['worker_us']:.2f} |")
