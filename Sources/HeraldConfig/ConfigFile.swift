@@ -15,6 +15,11 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     public var redisPasswordFile: String?
     /// `redis` is a node of a Redis Cluster (also implied by a `redis+cluster://` URL).
     public var redisCluster: Bool?
+    /// Redis Sentinel: `host:port,host:port` and the master's name; `redis` then names no host.
+    public var sentinel: String?
+    public var sentinelMaster: String?
+    /// A file holding the sentinels' own password.
+    public var sentinelPasswordFile: String?
     public var queue: String?
     /// Several queues for one worker (`--queues`); excludes `shards`.
     public var queues: [String]?
@@ -36,6 +41,9 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
         case redis, queue, queues, shards, batch, threads, apps
         case redisPasswordFile = "redis_password_file"
         case redisCluster = "redis_cluster"
+        case sentinel
+        case sentinelMaster = "sentinel_master"
+        case sentinelPasswordFile = "sentinel_password_file"
         case claimIdle = "claim_idle"
         case maxAttempts = "max_attempts"
         case maxDeliveries = "max_deliveries"

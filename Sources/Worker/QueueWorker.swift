@@ -35,9 +35,19 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     /// queue goes to the worker's one Redis unless replaced (before `start`), e.g. by a router that
     /// knows which Redis Cluster node owns the queue's `{queue}` hash slot.
     public var endpointForQueue: (QueueKeys) -> RedisEndpoint
+    /// Set with `--sentinel`: every (re)connect of a queue asks it where the master is now (then
+    /// `endpointForQueue` is not asked). One resolution at a time serves every queue waiting.
+    private let sentinel: RedisSentinelResolver?
     /// Set on a Redis Cluster (before `start`): each queue's connections go to the master of its
     /// slot, asked of the router at every (re)connect; `endpointForQueue` is then unused.
     public var cluster: RedisClusterRouter?
+    private var resolving = false
+    private var awaitingMaster: [QueueChannel] = []
+    /// `+switch-master` announcements: when the last was checked (loop time, ms), a check under
+    /// way, and one postponed to a second after the last.
+    private var lastSwitchCheckAt: Int64?
+    private var checkingSwitch = false
+    private var switchCheckTimer: EventLoop.TimerID?
     private let time: TimeSource
     private var logger: Logger
     /// The delivery rules: every job's state and outcome.
@@ -83,21 +93,24 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
 
     /// A single-app worker: jobs without an `app` field (or `app` = `default`) use `pool`.
     public convenience init(loop: EventLoop, configuration: WorkerConfiguration, pool: ConnectionPool, redis: RedisEndpoint,
-                            time: TimeSource = .system, logger: Logger) {
+                            sentinel: SentinelConfiguration? = nil, time: TimeSource = .system, logger: Logger) {
         self.init(loop: loop, configuration: configuration,
                   apps: [WorkerApp(name: WorkerApp.defaultName, pool: pool, defaults: configuration.defaults)],
-                  redis: redis, time: time, logger: logger)
+                  redis: redis, sentinel: sentinel, time: time, logger: logger)
     }
 
     /// A worker for several apps; a job names its app with the `app` field (default `default`).
+    /// With `sentinel`, `redis` gives only the credentials and database: the master's address
+    /// comes from the sentinels, again after every connection loss and failover.
     public init(loop: EventLoop, configuration: WorkerConfiguration, apps: [WorkerApp], redis: RedisEndpoint,
-                time: TimeSource = .system, logger: Logger) {
+                sentinel: SentinelConfiguration? = nil, time: TimeSource = .system, logger: Logger) {
         precondition(!apps.isEmpty, "a worker needs at least one app")
         precondition(!configuration.queues.isEmpty, "a worker needs at least one queue")
         self.loop = loop
         self.configuration = configuration
         lanes = apps.map { AppLane(app: $0, queue: configuration.keys.queue) }
         endpointForQueue = { _ in redis }
+        self.sentinel = sentinel.map { RedisSentinelResolver(loop: loop, configuration: $0, base: redis) }
         self.time = time
         self.logger = logger
         self.logger[metadataKey: "consumer"] = "\(configuration.consumer)"
@@ -122,6 +135,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     public func start() {
         phase = .running
         for lane in lanes { lane.pool.start() }
+        sentinel?.watch(logger: { [weak self] message in self?.logger.warning("\(message)") }) { [weak self] master in
+            self?.masterSwitched(to: master)
+        }
         for channel in channels { connectRedis(channel) }
         scheduleRetryPromotion()
         scheduleClaim()
@@ -159,6 +175,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         guard phase != .stopped else { return }
         phase = .stopped
         if let drainTimer { loop.cancel(drainTimer) }
+        if let switchCheckTimer { loop.cancel(switchCheckTimer) }
+        sentinel?.stopWatching()
         for lane in lanes { lane.pool.stop() }
         for channel in channels { channel.close(loop: loop) }
         logger.info("stopped", metadata: ["accepted": "\(rules.counters.accepted)", "jobs_finished": "\(rules.counters.jobsFinished)"])
@@ -220,28 +238,133 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     private func connectRedis(_ channel: QueueChannel) {
         channel.reconnectTimer = nil
         guard phase == .running || phase == .draining else { return }
-        guard let cluster else {
-            openConnections(channel, to: endpointForQueue(channel.keys))
+        if let cluster {
+            // On a cluster, first where the queue's slot lives (the map is read again when stale).
+            cluster.endpoint(forSlot: channel.slot) { [weak self, weak channel] result in
+                guard let self, let channel else { return }
+                guard channel.reconnectTimer == nil, channel.reader == nil, self.phase == .running || self.phase == .draining else { return }
+                switch result {
+                case .success(let endpoint):
+                    if endpoint != channel.endpoint {
+                        channel.logger.info("queue routed to Redis Cluster node", metadata: [
+                            "node": "\(endpoint.host):\(endpoint.port)", "slot": "\(channel.slot)"])
+                    }
+                    self.connectPair(channel, to: endpoint)
+                case .failure(let error):
+                    channel.redisErrors += 1
+                    self.scheduleReconnect(channel, after: error)
+                }
+            }
             return
         }
-        // On a cluster, first where the queue's slot lives (the map is read again when stale).
-        cluster.endpoint(forSlot: channel.slot) { [weak self, weak channel] result in
-            guard let self, let channel else { return }
-            guard channel.reconnectTimer == nil, channel.reader == nil, self.phase == .running || self.phase == .draining else { return }
+        guard sentinel != nil else {
+            connectPair(channel, to: endpointForQueue(channel.keys))
+            return
+        }
+        // Where is the master now? Asked before every connect, so a failover is followed even
+        // when the +switch-master message was missed.
+        if !awaitingMaster.contains(where: { $0 === channel }) { awaitingMaster.append(channel) }
+        resolveMaster()
+    }
+
+    /// One resolution for every queue waiting to connect.
+    private func resolveMaster() {
+        guard let sentinel, !resolving, !awaitingMaster.isEmpty else { return }
+        resolving = true
+        checkingSwitch = false  // this resolution replaces a check under way
+        sentinel.resolve { [weak self] result in
+            guard let self else { return }
+            self.resolving = false
+            let waiting = self.awaitingMaster
+            self.awaitingMaster.removeAll()
+            guard self.phase == .running || self.phase == .draining else { return }
             switch result {
-            case .success(let endpoint):
-                if endpoint != channel.endpoint {
-                    channel.logger.info("queue routed to Redis Cluster node", metadata: [
-                        "node": "\(endpoint.host):\(endpoint.port)", "slot": "\(channel.slot)"])
+            case .success(let master):
+                if waiting.contains(where: { $0.endpoint != master }) {
+                    self.logger.notice("Sentinel names the Redis master", metadata: ["redis": "\(master)", "sentinel": "\(sentinel.configuration.summary)"])
                 }
-                self.openConnections(channel, to: endpoint)
+                for channel in waiting where channel.reader == nil && channel.writer == nil { self.connectPair(channel, to: master) }
             case .failure(let error):
-                self.connectionAttemptFailed(channel, error: error)
+                for channel in waiting where channel.reader == nil && channel.writer == nil {
+                    channel.redisErrors += 1
+                    self.scheduleReconnect(channel, after: error)
+                }
             }
         }
     }
 
-    private func openConnections(_ channel: QueueChannel, to endpoint: RedisEndpoint) {
+    /// A failover the watched sentinel announced. It is only a hint: the sentinels are asked
+    /// again (and the master's `ROLE`), and the queues' connections move, at once and without
+    /// backoff, only when the master they name now differs from the current one. A sentinel that
+    /// announces failovers in a loop (gone wrong, or hostile) costs at most one such check a
+    /// second, and never a dropped connection while the master stays where it is.
+    private func masterSwitched(to master: RedisEndpoint) {
+        guard phase == .running || phase == .draining else { return }
+        if channels.allSatisfy({ $0.endpoint == master && $0.writer?.isReady == true }) { return }  // already there
+        // A connect under way asks the sentinels anyway; so does a check under way or postponed.
+        if resolving || checkingSwitch || switchCheckTimer != nil { return }
+        if let last = lastSwitchCheckAt, loop.now - last < 1_000 {
+            switchCheckTimer = loop.schedule(afterMilliseconds: last + 1_000 - loop.now) { [weak self] in
+                self?.switchCheckTimer = nil
+                self?.checkAnnouncedSwitch()
+            }
+            return
+        }
+        checkAnnouncedSwitch()
+    }
+
+    private func checkAnnouncedSwitch() {
+        guard phase == .running || phase == .draining, let sentinel, !resolving, !checkingSwitch else { return }
+        lastSwitchCheckAt = loop.now
+        checkingSwitch = true
+        sentinel.resolve { [weak self] result in
+            guard let self else { return }
+            self.checkingSwitch = false
+            guard self.phase == .running || self.phase == .draining, !self.resolving,
+                  case .success(let master) = result else { return }  // the pairs stay; a dead server fails them by itself
+            for channel in self.channels {
+                if channel.endpoint == master, channel.reader != nil { continue }  // not moved (or already followed)
+                channel.logger.warning("Sentinel announced a failover; moving to the new master",
+                                       metadata: ["from": "\(channel.endpoint.map { "\($0)" } ?? "")", "to": "\(master)"])
+                self.dropRedisPair(channel)
+                if let reconnectTimer = channel.reconnectTimer { self.loop.cancel(reconnectTimer) }
+                channel.reconnectTimer = nil
+                channel.failures = 0
+                self.connectPair(channel, to: master)
+            }
+        }
+    }
+
+    /// Closes the queue's connections without hearing of it (their pending commands fail as
+    /// lost: unconfirmed outcome batches are written again after the next connect).
+    private func dropRedisPair(_ channel: QueueChannel) {
+        let pair = [channel.reader, channel.writer]
+        channel.reader = nil
+        channel.writer = nil
+        for connection in pair {
+            connection?.delegate = nil
+            connection?.close()
+        }
+        channel.readInFlight = false
+        channel.pendingReadInFlight = false
+        channel.confirmedDuringPendingRead.removeAll()
+        channel.claimInFlight = false
+        channel.groupReady = false
+    }
+
+    /// Redis answered as a server that cannot take writes (a replica after a failover, one
+    /// loading its data, a master short of replicas) or refused an outcome batch: the queue
+    /// reconnects (asking Sentinel again when configured) with backoff, instead of sending the
+    /// same command to it again.
+    private func notWritableMaster(_ channel: QueueChannel, _ message: String) {
+        guard channel.reader != nil || channel.writer != nil else { return }  // already reconnecting
+        channel.redisErrors += 1
+        dropRedisPair(channel)
+        guard phase == .running || phase == .draining else { return }
+        scheduleReconnect(channel, after: .server(message))
+    }
+
+    private func connectPair(_ channel: QueueChannel, to endpoint: RedisEndpoint) {
         channel.endpoint = endpoint
         let reader = RedisConnection(loop: loop, endpoint: endpoint)
         let writer = RedisConnection(loop: loop, endpoint: endpoint)
@@ -250,6 +373,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         channel.reader = reader
         channel.writer = writer
         channel.readInFlight = false
+        channel.pendingReadInFlight = false
+        channel.confirmedDuringPendingRead.removeAll()
         channel.claimInFlight = false
         channel.groupReady = false
         reader.connect()
@@ -264,10 +389,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     public func redisConnectionIsReady(_ connection: RedisConnection) {
         guard let channel = channel(of: connection), let reader = channel.reader, let writer = channel.writer,
               reader.isReady, writer.isReady else { return }
-        if channel.failures > 0 || channel.redirectsInARow > 0 {
-            channel.logger.info("Redis connection restored", metadata: ["redis": "\(channel.endpoint.map { "\($0)" } ?? "")"])
-        }
-        channel.failures = 0
+        // The failure count is reset once the group is in place (`ensureGroup`): a replica accepts
+        // the connection and refuses XGROUP, which must keep backing off.
         ensureGroup(channel, replayingUnconfirmed: true)
     }
 
@@ -281,15 +404,17 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         other?.delegate = nil
         other?.close()
         channel.readInFlight = false
+        channel.pendingReadInFlight = false
+        channel.confirmedDuringPendingRead.removeAll()
         channel.claimInFlight = false
+        guard phase == .running || phase == .draining else { return }
         // A node that went away may have been failed over: read the slot map again first.
         cluster?.invalidate()
-        connectionAttemptFailed(channel, error: error)
+        scheduleReconnect(channel, after: error)
     }
 
-    /// Counts one failed attempt of `channel` and schedules the next after the reconnect backoff.
-    private func connectionAttemptFailed(_ channel: QueueChannel, error: RedisError) {
-        guard phase == .running || phase == .draining else { return }
+    /// Backs off before the queue's next connect: 1 s, 2 s, 4 s … up to a minute.
+    private func scheduleReconnect(_ channel: QueueChannel, after error: RedisError) {
         channel.failures += 1
         let failures = channel.failures
         let delay = Backoff.reconnect.delayMilliseconds(afterFailures: failures, using: &random)
@@ -318,6 +443,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             switch result {
             case .success(.error(let message)) where self.followClusterRedirect(message, channel: channel):
                 return
+            case .success(.error(let message)) where RedisSentinelResolver.meansNotWritableMaster(message):
+                self.notWritableMaster(channel, message)
+                return
             case .success(.error(let message)) where !message.hasPrefix("BUSYGROUP"):
                 channel.logger.error("cannot create the consumer group", metadata: ["error": "\(message)"])
                 channel.redisErrors += 1
@@ -326,20 +454,88 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             default:
                 break
             }
-            channel.groupReady = true
             if replayingUnconfirmed {
-                for batch in self.rules.redisReconnected(queue: channel.index) { self.write(batch) }
+                if channel.failures > 0 || channel.redirectsInARow > 0 {
+                    channel.logger.info("Redis connection restored", metadata: ["redis": "\(channel.endpoint.map { "\($0)" } ?? "")"])
+                }
+                channel.failures = 0
             }
+            channel.groupReady = true
+            if replayingUnconfirmed { self.replayUnconfirmed(channel) }
             channel.recoveringPending = true
             channel.pendingCursor = "0"
             self.maybeRead()
         }
     }
 
+    /// Writes again the queue's outcome batches Redis never confirmed, minus the entries it no
+    /// longer holds as pending: those were acknowledged, so their batch ran (MULTI/EXEC is all or
+    /// nothing) and only its answer was lost with the connection; writing it again would add
+    /// their dead letters or feedback entries twice. Entries stay held until their batch is
+    /// confirmed. Only after a reconnect: one XPENDING per entry, pipelined.
+    private func replayUnconfirmed(_ channel: QueueChannel) {
+        let batches = rules.redisReconnected(queue: channel.index)
+        guard let writer = channel.writer, !batches.isEmpty else { return }
+        let keys = channel.keys
+        var acknowledged = Set<StreamEntryID>()
+        var remaining = batches.reduce(0) { $0 + $1.entries.count }
+        var failed = false
+        let replay = { [weak self, weak channel] in
+            guard let self, let channel, !failed else { return }
+            for batch in batches {
+                let entries = batch.entries.filter { !acknowledged.contains($0.entryID) }
+                if entries.isEmpty {
+                    self.rules.confirmed(batch.sequence)
+                } else {
+                    self.write(entries.count == batch.entries.count ? batch
+                               : OutcomeBatch(sequence: batch.sequence, entries: entries, queue: batch.queue))
+                }
+            }
+            if !acknowledged.isEmpty {
+                channel.logger.info("outcome batches Redis ran before the connection was lost are not written again",
+                                    metadata: ["entries": "\(acknowledged.count)"])
+            }
+            if self.phase == .draining { self.checkDrained() }
+        }
+        guard remaining > 0 else { replay(); return }
+        for batch in batches {
+            for entry in batch.entries {
+                let id = entry.entryID
+                writer.send(argumentCount: 6, { builder in
+                    builder.add("XPENDING"); builder.add(keys.jobs); builder.add(keys.group)
+                    builder.add(entryMilliseconds: id.milliseconds, sequence: id.sequence)
+                    builder.add(entryMilliseconds: id.milliseconds, sequence: id.sequence)
+                    builder.add(integer: 1)
+                }) { result in
+                    switch result {
+                    case .success(.array(let rows)) where rows.isEmpty: acknowledged.insert(id)
+                    case .success: break  // pending, or an error reply (NOGROUP): written again, as before
+                    case .failure: failed = true  // the connection went: the next one replays them all
+                    }
+                    remaining -= 1
+                    if remaining == 0 { replay() }
+                }
+            }
+        }
+    }
+
+    /// Whether `message` makes the queue reconnect (`notWritableMaster`) rather than go on.
+    private static func meansReconnect(_ message: String) -> Bool {
+        RedisSentinelResolver.meansNotWritableMaster(message) || message.hasPrefix("EXECABORT")
+    }
+
     private func handleRedisError(_ message: String, channel: QueueChannel) {
-        // A cluster redirect is the cluster working as designed (logged at notice), not an error
-        // for herald_redis_errors_total and its alert.
+        // On a cluster a redirect (and READONLY, EXECABORT) re-routes the queue; it is the cluster
+        // working as designed (logged at notice), not an error for herald_redis_errors_total.
         if followClusterRedirect(message, channel: channel) { return }
+        if QueueWorker.meansReconnect(message) {
+            // EXECABORT: a command of the outcome batch was refused while queued (READONLY after a
+            // failover, NOREPLICAS, OOM); the batch is written again after reconnecting.
+            notWritableMaster(channel, message.hasPrefix("EXECABORT")
+                ? message + " (Redis refused a write of the outcome batch: READONLY after a failover, NOREPLICAS, OOM …; its log says which)"
+                : message)
+            return
+        }
         channel.redisErrors += 1
         if message.hasPrefix("NOGROUP") {
             // Redis lost the stream or group (restart without data): recreate it and go on.
@@ -364,9 +560,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     /// migrated (ASK, TRYAGAIN) or is not served right now (CLUSTERDOWN, a READONLY replica)
     /// replaces the queue's connection pair: the same path as a lost connection, which is
     /// what makes it safe. Commands still unanswered on the old pair fail; the queue's
-    /// unconfirmed outcome batches are written again on the new pair before its next read, and
-    /// its pending list is read again from the start (entries already held are not taken twice).
-    /// The other queues of the worker are not touched.
+    /// unconfirmed outcome batches are written again on the new pair before its next read (minus
+    /// those Redis already ran, `replayUnconfirmed`), and its pending list is read again from the
+    /// start (entries already held are not taken twice). The other queues are not touched.
     ///
     /// MOVED updates the map at once and reconnects without waiting (with a short backoff only when
     /// MOVED keeps coming); ASK and TRYAGAIN mean the queue's slot is being migrated: the worker's
@@ -386,9 +582,11 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         guard channel.reader != nil || channel.writer != nil, channel.reconnectTimer == nil else { return true }
         channel.redirectsInARow += 1
         var delay = QueueWorker.redirectDelay(channel.redirectsInARow)
+        var isMove = false
         switch redirect {
         case .moved(let movedSlot, let node):
             cluster.moved(slot: movedSlot, to: node)
+            isMove = true
             // The new owner is named: go at once, unless MOVED keeps coming (a map in flux).
             delay = channel.redirectsInARow <= 2 ? 0 : QueueWorker.redirectDelay(channel.redirectsInARow - 2)
         case .ask, .tryAgain:
@@ -398,23 +596,12 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         }
         let metadata: Logger.Metadata = ["reply": "\(message.prefix(120))", "slot": "\(channel.slot)", "reconnect_ms": "\(delay)"]
         // MOVED is rare (a slot changed hands) and always said; repeated waits for a migration go to debug.
-        var isMove = false
-        if case .moved? = redirect { isMove = true }
         if isMove || channel.redirectsInARow == 1 || channel.redirectsInARow % 10 == 0 {
             channel.logger.notice("Redis Cluster redirect: reconnecting the queue to its slot's master", metadata: metadata)
         } else {
             channel.logger.debug("Redis Cluster redirect: reconnecting the queue to its slot's master", metadata: metadata)
         }
-        let (oldReader, oldWriter) = (channel.reader, channel.writer)
-        channel.reader = nil
-        channel.writer = nil
-        channel.groupReady = false
-        channel.readInFlight = false
-        channel.claimInFlight = false
-        for connection in [oldReader, oldWriter] {
-            connection?.delegate = nil
-            connection?.close()
-        }
+        dropRedisPair(channel)
         channel.reconnectTimer = loop.schedule(afterMilliseconds: delay) { [weak self, weak channel] in
             guard let self, let channel else { return }
             self.connectRedis(channel)
@@ -494,6 +681,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     private func read(_ channel: QueueChannel, count: Int) {
         guard let reader = channel.reader else { return }
         channel.readInFlight = true
+        channel.pendingReadInFlight = channel.recoveringPending
         let keys = channel.keys
         let id = channel.recoveringPending ? channel.pendingCursor : ">"
         var arguments: [String] = ["XREADGROUP", "GROUP", keys.group, configuration.consumer, "COUNT", String(count)]
@@ -503,6 +691,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         reader.sendRaw(arguments) { [weak self, weak channel] result in
             guard let self, let channel else { return }
             channel.readInFlight = false
+            let finishedMeanwhile = channel.confirmedDuringPendingRead
+            channel.pendingReadInFlight = false
+            channel.confirmedDuringPendingRead.removeAll()
             switch result.map({ tape in
                 let read = RedisReplyReader.readEntries(tape: tape)
                 if case .success(let entries) = read { channel.noteReply(bytes: tape.byteCount, entries: entries.count) }
@@ -514,14 +705,15 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 if case .server(let message) = error {
                     self.handleRedisError(message, channel: channel)
                     if message.hasPrefix("NOGROUP") { break }  // recreated; read again at once
+                    if QueueWorker.meansReconnect(message) { break }  // reconnecting, with backoff
                     if channel.reader == nil { break }  // a cluster redirect: the pair is being replaced
                 }
                 // WRONGTYPE, NOPERM, an unreadable reply: this queue waits, longer each time,
                 // instead of asking again at once; the other queues read on.
                 self.pauseReads(channel)
             case .success(.success(let read)):
-                channel.redirectsInARow = 0
                 channel.readFailures = 0
+                channel.redirectsInARow = 0
                 channel.active = !read.isEmpty
                 let (entries, deferredAfter) = QueueWorker.deferringOverBudget(read)
                 if channel.recoveringPending {
@@ -537,7 +729,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                     channel.recoveringPending = true
                     channel.pendingCursor = deferredAfter.description
                 }
-                self.take(entries, queue: channel.index, deliveries: nil)
+                self.take(finishedMeanwhile.isEmpty ? entries : entries.filter { !finishedMeanwhile.contains($0.id) },
+                          queue: channel.index, deliveries: nil)
             }
             self.maybeRead()
         }
@@ -676,6 +869,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             switch result {
             case .success(.array(let replies)):
                 for reply in replies { if case .error(let message) = reply { self.handleRedisError(message, channel: channel) } }
+                if channel.pendingReadInFlight {
+                    for entry in batch.entries { channel.confirmedDuringPendingRead.insert(entry.entryID) }
+                }
                 self.rules.confirmed(batch.sequence)
                 if self.phase == .draining { self.checkDrained() }
             case .success(.error(let message)):
@@ -774,21 +970,28 @@ final class QueueChannel {
     var redisErrors = 0
     var reconnectTimer: EventLoop.TimerID?
     var readInFlight = false
+    /// Set while a read of the pending list (not `>`) is in flight. Entries whose outcome batch
+    /// Redis confirms meanwhile go into `confirmedDuringPendingRead`: the read and the batch travel
+    /// on two connections, so the read may have run first, and such entries in its reply were
+    /// finished, not new work (after a reconnect, taking them again sent them twice and wrote
+    /// their dead letters twice).
+    var pendingReadInFlight = false
+    var confirmedDuringPendingRead: Set<StreamEntryID> = []
     var recoveringPending = true
     var pendingCursor = "0"
     var groupReady = false
     var claimCursor = "0-0"
     var claimInFlight = false
-    /// The queue's Redis Cluster slot (its `{queue}` hash tag).
-    let slot: Int
-    /// Cluster redirects followed in a row without a read succeeding.
-    var redirectsInARow = 0
     /// Reads paused after a failed read (`QueueWorker.pauseReads`), and how many failed in a row.
     var readPause: EventLoop.TimerID?
     var readFailures = 0
     /// The last Redis error and how often it repeated since (to log a repeat once per hundred).
     var lastError: String?
     var errorRepeats = 0
+    /// The queue's Redis Cluster slot (its `{queue}` hash tag).
+    let slot: Int
+    /// Cluster redirects followed in a row without a read succeeding.
+    var redirectsInARow = 0
     /// Its last read brought entries (or it has not read yet): it shares the read budget.
     var active = true
     /// Bytes per entry of this queue's replies, about: up at once, down slowly.

@@ -49,10 +49,14 @@ struct WorkerCommand: ParsableCommand {
                                     format: logFormat ?? environmentValue("LOG_FORMAT") ?? file?.logFormat)
         var queueSettings = queueOptions
         if queueSettings.redis == nil && environmentValue("REDIS") == nil { queueSettings.redis = file?.redis }
-        let endpoint = try queueSettings.endpoint(configPasswordFile: file?.redisPasswordFile)
-        // On a Redis Cluster each loop routes every queue to the master of the queue's slot.
+        if queueSettings.sentinel == nil && environmentValue("SENTINEL") == nil { queueSettings.sentinel = file?.sentinel }
+        if queueSettings.sentinelMaster == nil && environmentValue("SENTINEL_MASTER") == nil { queueSettings.sentinelMaster = file?.sentinelMaster }
+        // On a Redis Cluster each loop routes every queue to the master of the queue's slot; with
+        // Sentinel it asks the sentinels for the master; otherwise the one Redis.
         let clusterSeeds = try queueSettings.isCluster(configCluster: file?.redisCluster)
             ? try queueSettings.clusterSeeds(configPasswordFile: file?.redisPasswordFile) : nil
+        let (endpoint, sentinel) = try clusterSeeds.map { ($0.endpoints[0], nil) }
+            ?? queueSettings.target(configPasswordFile: file?.redisPasswordFile, configSentinelPasswordFile: file?.sentinelPasswordFile)
         let queues = try queueSettings.queueKeys(file: file)
         let apps = try resolveApps(file: file)
         let threadCount = try threads ?? intEnvironment("THREADS") ?? file?.threads ?? 1
@@ -138,7 +142,8 @@ struct WorkerCommand: ParsableCommand {
                         pool.credentialsReloader = app.credentials?.reloader
                         workerApps.append(WorkerApp(name: app.name, pool: pool, defaults: app.defaults))
                     }
-                    let worker = QueueWorker(loop: thread.loop, configuration: consumerConfig, apps: workerApps, redis: endpoint, logger: threadLogger)
+                    let worker = QueueWorker(loop: thread.loop, configuration: consumerConfig, apps: workerApps, redis: endpoint,
+                                             sentinel: sentinel, logger: threadLogger)
                     worker.cluster = clusterSeeds.map { RedisClusterRouter(loop: thread.loop, seeds: $0, logger: threadLogger) }
                     let publisher = WorkerMetrics(metrics: metrics, health: health, loopIndex: index, worker: worker)
                     worker.onStopped = {
@@ -157,7 +162,7 @@ struct WorkerCommand: ParsableCommand {
         }
         for app in apps {
             logger.info("worker started", metadata: [
-                "queue": "\(queues.map(\.queue).joined(separator: ","))", "redis": "\(clusterSeeds?.description ?? endpoint.description)", "app": "\(app.name)", "apns": "\(app.pool.host):\(app.pool.port)",
+                "queue": "\(queues.map(\.queue).joined(separator: ","))", "redis": "\(clusterSeeds?.description ?? sentinel.map { "sentinel \($0.summary)" } ?? endpoint.description)", "app": "\(app.name)", "apns": "\(app.pool.host):\(app.pool.port)",
                 "auth": "\(app.credentials == nil ? "certificate" : "token")", "threads": "\(threadCount)",
                 "connections": "\(app.pool.connections)", "max_streams": "\(app.pool.maxStreams)",
             ])

@@ -128,11 +128,13 @@ extension IntegrationTests {
             #expect(letters.stdout.contains("\"total\":1") || letters.stdout.contains("\"total\": 1"), "\(letters.stdout)")
             let feedback = try runHerald(["feedback", "tail", "--redis", cluster.url, "--queue", Self.shards[4]])
             #expect(feedback.status == 0, "\(feedback.stderr)")
-            // enqueue --shards on a cluster: each job to its shard's master (CRC-32 of the token).
+            // enqueue --shards on a cluster: each job to its shard's master (CRC-32 of the token),
+            // and --wait-replicas waits on every master it wrote to.
             var before = 0
             for shard in Self.shards { before += Int(try client.run(["XLEN", .text(QueueKeys(queue: shard).jobs)]).integer ?? 0) }
             let sharded = try runHerald(["enqueue", "--redis", cluster.url, "--queue", "alerts", "--shards", "6", "--count", "60",
-                                         "--distinct-tokens", "60", "--token", WorkerHarness.deviceToken(7), "--payload", "{}"])
+                                         "--distinct-tokens", "60", "--token", WorkerHarness.deviceToken(7), "--payload", "{}",
+                                         "--wait-replicas", "1", "--wait-timeout", "5000"])
             #expect(sharded.status == 0, "\(sharded.stderr)")
             var after = 0
             var used = 0
