@@ -378,11 +378,10 @@ extension IntegrationTests {
             let duplicates = counts.reduce(0) { $0 + max(0, $1 - 1) }
             let statistics = try await emulator.statistics()
             #expect(statistics.acceptedUnique == total)
-            // Dead letters and dead tokens: each at least once. More only if a batch the dead master
-            // had applied and replicated lost its reply and was written again on the new master
-            // (at least once); never more than one extra per job.
-            #expect(dead >= malformed && dead <= 2 * malformed, "dead letters \(dead) for \(malformed) malformed jobs")
-            #expect(feedback >= deadTokens && feedback <= 2 * deadTokens, "feedback \(feedback) for \(deadTokens) dead tokens")
+            // Dead letters and dead tokens: each exactly once. A batch whose reply was lost with the
+            // killed master is written again on the new one only for entries still pending there.
+            #expect(dead == malformed, "dead letters \(dead) for \(malformed) malformed jobs")
+            #expect(feedback == deadTokens, "feedback \(feedback) for \(deadTokens) dead tokens")
             print("cluster failover: \(total) good jobs (+\(malformed) malformed, \(deadTokens) dead tokens) on \(Self.shards.count) shards, killed master \(victim) (promoted \(promoted)); "
                   + "delivered \(statistics.acceptedUnique) unique, \(duplicates) duplicates (at least once), \(dead) dead letters, \(feedback) feedback entries")
             #expect(duplicates <= total, "duplicates must stay bounded by what was in flight: \(duplicates)")
