@@ -13,6 +13,8 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     public var redis: String?
     /// A file holding the Redis password (the URL in `redis` should carry none).
     public var redisPasswordFile: String?
+    /// `redis` is a node of a Redis Cluster (also implied by a `redis+cluster://` URL).
+    public var redisCluster: Bool?
     /// Redis Sentinel: `host:port,host:port` and the master's name; `redis` then names no host.
     public var sentinel: String?
     public var sentinelMaster: String?
@@ -38,6 +40,7 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     public enum CodingKeys: String, CodingKey, CaseIterable {
         case redis, queue, queues, shards, batch, threads, apps
         case redisPasswordFile = "redis_password_file"
+        case redisCluster = "redis_cluster"
         case sentinel
         case sentinelMaster = "sentinel_master"
         case sentinelPasswordFile = "sentinel_password_file"

@@ -129,7 +129,7 @@ extension IntegrationTests {
                 let sendNames = Set(send.arguments.map(\.name)), enqueueNames = Set(enqueue.arguments.map(\.name))
                 #expect(notification.isSubset(of: sendNames) && notification.isSubset(of: enqueueNames))
                 #expect(enqueueNames.subtracting(sendNames) == [
-                    "redis", "redis-password-file", "queue", "queues", "shards", "sentinel", "sentinel-master", "sentinel-password-file",
+                    "redis", "redis-password-file", "redis-cluster", "queue", "queues", "shards", "sentinel", "sentinel-master", "sentinel-password-file",
                     "field", "distinct-tokens", "wait-replicas", "wait-timeout",
                 ])
                 #expect(sendNames.subtracting(enqueueNames) == [
