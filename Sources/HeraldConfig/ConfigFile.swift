@@ -13,6 +13,11 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     public var redis: String?
     /// A file holding the Redis password (the URL in `redis` should carry none).
     public var redisPasswordFile: String?
+    /// With a `rediss://` URL: the CA file Redis' certificate must chain to (else the system store).
+    public var redisCAFile: String?
+    /// With a `rediss://` URL: the client certificate and key for Redis' `tls-auth-clients`.
+    public var redisCert: String?
+    public var redisKey: String?
     public var queue: String?
     public var batch: Int?
     public var claimIdle: Int?
@@ -29,6 +34,9 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     public enum CodingKeys: String, CodingKey, CaseIterable {
         case redis, queue, batch, threads, apps
         case redisPasswordFile = "redis_password_file"
+        case redisCAFile = "redis_ca_file"
+        case redisCert = "redis_cert"
+        case redisKey = "redis_key"
         case claimIdle = "claim_idle"
         case maxAttempts = "max_attempts"
         case maxDeliveries = "max_deliveries"

@@ -49,7 +49,9 @@ struct WorkerCommand: ParsableCommand {
         var queueSettings = queueOptions
         if queueSettings.redis == nil && environmentValue("REDIS") == nil { queueSettings.redis = file?.redis }
         if queueSettings.queue == nil && environmentValue("QUEUE") == nil { queueSettings.queue = file?.queue }
-        let endpoint = try queueSettings.endpoint(configPasswordFile: file?.redisPasswordFile)
+        let endpoint = try queueSettings.endpoint(
+            configPasswordFile: file?.redisPasswordFile,
+            configTLS: file.map { RedisTLS(caFile: $0.redisCAFile, certificateFile: $0.redisCert, keyFile: $0.redisKey) })
         let keys = queueSettings.keys()
         let apps = try resolveApps(file: file)
         let threadCount = try threads ?? intEnvironment("THREADS") ?? file?.threads ?? 1

@@ -50,7 +50,7 @@ import Testing
         "redis://host:99999999999999999999999", "redis://host:6379abc",
         "redis://host/abc", "redis://host/-1", "redis://host/99999999999999999999", "redis://host/0?timeout=1",
         "redis://ho st", "redis://host\u{0}evil", "redis://a::b", "redis://[::1", "redis://[::1]x",
-        "http://host", "rediss://host", "host:6379", "", "redis:/host",
+        "http://host", "redis+tls://host", "host:6379", "", "redis:/host",
         "redis://:pw%4@host", "redis://:pw%zz@host", "redis://:%ff%fe@host",
         "redis://" + String(repeating: "a", count: 300),
         "redis://" + String(repeating: "h", count: 5000),
