@@ -21,6 +21,7 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     public var queue: String?
     public var batch: Int?
     public var claimIdle: Int?
+    public var idleConsumerTimeout: Int?
     public var maxAttempts: Int?
     public var maxDeliveries: Int?
     public var drainTimeout: Int?
@@ -38,6 +39,7 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
         case redisCert = "redis_cert"
         case redisKey = "redis_key"
         case claimIdle = "claim_idle"
+        case idleConsumerTimeout = "idle_consumer_timeout"
         case maxAttempts = "max_attempts"
         case maxDeliveries = "max_deliveries"
         case drainTimeout = "drain_timeout"

@@ -54,6 +54,15 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     private var claimCursor = "0-0"
     private var claimInFlight = false
     private var batchScheduled = false
+    /// Commands Redis refused in a row (NOPERM, WRONGTYPE …): reads and group creation wait
+    /// longer each time instead of asking again at once.
+    private var refusals = 0
+    private var refusalTimer: EventLoop.TimerID?
+    /// NOPERM answers already logged at error level (one line per missing permission).
+    private var permissionsLogged: Set<String> = []
+    private var idleConsumerTimer: EventLoop.TimerID?
+    /// Consumers removed because they were idle and owned nothing (`--idle-consumer-timeout`).
+    public private(set) var consumersRemoved = 0
     private var random = SystemRandomNumberGenerator()
     /// Read once: the per-notification path tests a Bool, not the logger.
     private lazy var traceNotifications = logger.logLevel <= .trace
@@ -103,6 +112,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         connectRedis()
         scheduleRetryPromotion()
         scheduleClaim()
+        scheduleIdleConsumerRemoval()
     }
 
     /// Stops reading, lets in-flight notifications finish within the drain timeout, acknowledges
@@ -114,6 +124,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         if let retryTimer { loop.cancel(retryTimer) }
         if let claimTimer { loop.cancel(claimTimer) }
         if let pauseTimer { loop.cancel(pauseTimer) }
+        if let idleConsumerTimer { loop.cancel(idleConsumerTimer) }
         let handedBack = rules.drain(now: wallNow())
         if handedBack > 0 { logger.info("handed back unsent notifications", metadata: ["count": "\(handedBack)"]) }
         scheduleBatch()
@@ -166,7 +177,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             guard case .success(.array(let groups)) = result,
                   let info = groups.map(RedisReplyReader.map).first(where: { $0["name"]?.string == keys.group }) else { return }
             sample.pending = Int(info["pending"]?.integer ?? 0)
-            sample.lag = Int(info["lag"]?.integer ?? 0)
+            // XLEN was answered first (replies come in order): depth is already in the sample.
+            sample.lag = QueueLag.of(reported: info["lag"]?.integer, depth: sample.depth, pending: sample.pending).lag
         }
         writer.send(["ZCARD", keys.retry]) { result in sample.retrySetSize = Int(result.integerValue ?? 0) }
         writer.send(["XLEN", keys.dead]) { result in sample.deadLetters = Int(result.integerValue ?? 0) }
@@ -246,8 +258,12 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             guard let self else { return }
             switch result {
             case .success(.error(let message)) where !message.hasPrefix("BUSYGROUP"):
-                self.logger.error("cannot create the consumer group", metadata: ["error": "\(message)"])
+                // Reading without the group would only answer NOGROUP and ask to create it again:
+                // try again later, longer each time.
+                self.logger.error("cannot create the consumer group", metadata: ["error": "\(message)"].merging(self.advice(for: message)) { a, _ in a })
                 self.redisErrors += 1
+                self.afterRefusal { $0.ensureGroup(replayingUnconfirmed: replayingUnconfirmed) }
+                return
             case .failure:
                 return
             default:
@@ -270,8 +286,34 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             logger.warning("consumer group missing; recreating it", metadata: ["error": "\(message)"])
             groupReady = false
             ensureGroup()
+        } else if message.hasPrefix("NOPERM") {
+            // The same missing permission fails every retry: one line at error level, then debug.
+            if permissionsLogged.count < 64 && permissionsLogged.insert(message).inserted {
+                logger.error("Redis refused a command for lack of permission", metadata: ["error": "\(message)"].merging(advice(for: message)) { a, _ in a })
+            } else {
+                logger.debug("Redis refused a command for lack of permission", metadata: ["error": "\(message)"])
+            }
         } else {
             logger.error("Redis error", metadata: ["error": "\(message)"])
+        }
+    }
+
+    /// What to do about a refusal, for its log line.
+    private func advice(for message: String) -> Logger.Metadata {
+        guard message.hasPrefix("NOPERM") else { return [:] }
+        return ["fix": "give the worker's Redis ACL user the permission (docs/operations.md, \"Redis ACL users\"); the worker retries with a backoff"]
+    }
+
+    /// Runs `action` after a backoff that grows with each refusal in a row (1 s up to 60 s), so a
+    /// command Redis keeps refusing is not sent again in a tight loop.
+    private func afterRefusal(_ action: @escaping (QueueWorker) -> Void) {
+        refusals += 1
+        if let refusalTimer { loop.cancel(refusalTimer) }
+        let delay = Backoff.reconnect.delayMilliseconds(afterFailures: refusals, using: &random)
+        refusalTimer = loop.schedule(afterMilliseconds: delay) { [weak self] in
+            guard let self else { return }
+            self.refusalTimer = nil
+            action(self)
         }
     }
 
@@ -312,7 +354,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     }
 
     private func maybeRead() {
-        guard phase == .running, stoppedSendingReason == nil, groupReady, !readInFlight,
+        guard phase == .running, stoppedSendingReason == nil, groupReady, !readInFlight, refusalTimer == nil,
               let reader, reader.isReady else { return }
         if mostConnectionsDown {
             pauseReading()
@@ -338,8 +380,14 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             case .failure:
                 return
             case .success(.failure(let error)):
-                if case .server(let message) = error { self.handleRedisError(message) }
+                if case .server(let message) = error {
+                    self.handleRedisError(message)
+                    // NOGROUP recreates the group, which reads again; anything else waits.
+                    if !message.hasPrefix("NOGROUP") { self.afterRefusal { $0.maybeRead() } }
+                    return
+                }
             case .success(.success(let read)):
+                self.refusals = 0
                 let (entries, deferredAfter) = QueueWorker.deferringOverBudget(read)
                 if self.recoveringPending {
                     if read.isEmpty {
@@ -511,6 +559,39 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             guard let self, self.phase == .running else { return }
             self.claimIdle()
             self.scheduleClaim()
+        }
+    }
+
+    /// Every quarter of `--idle-consumer-timeout` (at most every 5 minutes), removes the group's
+    /// consumers that own nothing and were idle that long: workers that were scaled down or
+    /// replaced, which would otherwise pile up in XINFO CONSUMERS and `herald stats` forever.
+    private func scheduleIdleConsumerRemoval() {
+        let timeout = configuration.idleConsumerTimeoutMilliseconds
+        guard timeout > 0 else { return }
+        let interval = min(300_000, max(250, timeout / 4))
+        idleConsumerTimer = loop.schedule(afterMilliseconds: interval) { [weak self] in
+            guard let self, self.phase == .running else { return }
+            self.removeIdleConsumers()
+            self.scheduleIdleConsumerRemoval()
+        }
+    }
+
+    private func removeIdleConsumers() {
+        guard groupReady, let writer, writer.isReady else { return }
+        let keys = configuration.keys
+        writer.send(["EVAL", QueueScripts.removeIdleConsumers, "1", keys.jobs, keys.group, configuration.consumer,
+                     String(configuration.idleConsumerTimeoutMilliseconds)]) { [weak self] result in
+            guard let self else { return }
+            switch result {
+            case .success(.array(let names)) where !names.isEmpty:
+                self.consumersRemoved += names.count
+                self.logger.info("removed idle consumers that owned no pending entries",
+                                 metadata: ["consumers": "\(names.compactMap(\.string).joined(separator: ","))"])
+            case .success(.error(let message)):
+                self.handleRedisError(message)
+            default:
+                break
+            }
         }
     }
 

@@ -173,6 +173,21 @@ final class InProcessWorker: @unchecked Sendable {
         try await thread.submit { [self] in worker.counters }
     }
 
+    /// The worker's own queue sample (what its gauges publish), nil while Redis is not ready.
+    func sample() async throws -> QueueSample? {
+        let thread = self.thread
+        return try await withCheckedThrowingContinuation { continuation in
+            thread.loop.execute { [self] in
+                worker.sampleQueue { continuation.resume(returning: $0) }
+            }
+        }
+    }
+
+    /// Consumers this worker removed as idle (`--idle-consumer-timeout`).
+    func consumersRemoved() async throws -> Int {
+        try await thread.submit { [self] in worker.consumersRemoved }
+    }
+
     /// Notifications in flight on the pool right now.
     func inFlight() async throws -> Int {
         try await thread.submit { [self] in worker.pool.inFlight }
