@@ -127,6 +127,19 @@ extension IntegrationTests {
                 #expect(try await bed.client.integer("XLEN", bed.keys.dead) == 0)
                 let feedback = try Self.herald(["feedback", "tail", "--count", "100", "--json"], user: "herald-producer", redis: bed.redis)
                 #expect(feedback.status == 0 && feedback.stdout.split(separator: "\n").count == 20, "\(feedback.stderr)")
+                // A backend consuming feedback with a group of its own, as docs/examples/feedback_consumer.py does.
+                let created = try await backend.send(["XGROUP", "CREATE", bed.keys.feedback, "backend", "0", "MKSTREAM"])
+                #expect(created == .status("OK"), "\(created)")
+                let read = try await backend.send(["XREADGROUP", "GROUP", "backend", "app-1", "COUNT", "100", "STREAMS", bed.keys.feedback, ">"])
+                let ids = read.array?.first?.array?.last?.array?.compactMap { $0.array?.first?.string } ?? []
+                #expect(ids.count == 20, "\(read)")
+                let acknowledged = try await backend.send(["XACK", bed.keys.feedback, "backend"] + ids)
+                #expect(acknowledged == .integer(20), "\(acknowledged)")
+                let claimed = try await backend.send(["XAUTOCLAIM", bed.keys.feedback, "backend", "app-1", "60000", "0"])
+                #expect(!claimed.isError, "\(claimed)")
+                // And it cannot touch the jobs: reading them is not among its rights.
+                let peek = try await backend.send(["XRANGE", bed.keys.jobs, "-", "+"])
+                #expect(peek.isError && (peek.string ?? "\(peek)").contains("NOPERM"), "\(peek)")
 
                 worker.signal(SIGTERM)
                 let exit = try await worker.waitForExit(timeout: .seconds(20))
