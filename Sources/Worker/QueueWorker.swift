@@ -158,9 +158,10 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         onStopped?()
     }
 
-    /// Redis reachable, the group in place, reading (not starting, draining or stopped).
+    /// Redis reachable, the group in place, reading (not starting, draining or stopped, and Redis
+    /// not refusing the reads: NOPERM, LOADING, WRONGTYPE).
     public var isReady: Bool {
-        phase == .running && groupReady && (writer?.isReady ?? false) && haltedApps.isEmpty
+        phase == .running && groupReady && (writer?.isReady ?? false) && haltedApps.isEmpty && refusals == 0
     }
 
     /// Apps whose credentials APNs refused (their pools probe again by themselves).

@@ -183,6 +183,11 @@ extension IntegrationTests {
                 #expect(log.components(separatedBy: "lack of permission").count - 1 == 1, "one error line per missing permission:\n\(log)")
                 #expect(log.contains("docs/operations.md"), "the log says where the users are documented:\n\(log)")
 
+                // Not ready while Redis refuses its reads; ready again once the right is granted.
+                let portLine = try #require(log.split(separator: "\n").first { $0.hasPrefix("metrics on ") }, "\(log)")
+                let http = OperationsHTTP(port: try #require(Int(portLine.dropFirst("metrics on ".count))))
+                try await waitFor("/readyz is 503 while reads are refused", timeout: .seconds(10)) { try http.status("/readyz") == 503 }
+
                 let granted = try await bed.client.send(["ACL", "SETUSER", "herald-worker", "+xreadgroup"])
                 #expect(granted == .status("OK"))
                 let ledger: QueueLedger
@@ -192,6 +197,7 @@ extension IntegrationTests {
                     throw WaitTimeout(description: "\(error)\nworker log:\n\(worker.logTail())")
                 }
                 #expect(ledger.settled && ledger.acceptedUnique == count && ledger.duplicates == 0, "\(ledger)")
+                try await waitFor("/readyz is 200 again", timeout: .seconds(10)) { try http.status("/readyz") == 200 }
                 worker.signal(SIGTERM)
                 let exit = try await worker.waitForExit(timeout: .seconds(20))
                 #expect(exit?.status == 0, "\(worker.logTail())")
