@@ -58,7 +58,7 @@ extension IntegrationTests {
         func workerDeliversOverTLSAndEveryJobIsCounted() async throws {
             let (directory, certificates) = try Self.certificates()
             _ = directory
-            try await withWorkerBed(redisTLS: .init(certificates: certificates), emulator: { $0.unregisteredPrefix = "dead" }) { bed in
+            try await withWorkerBed(appendOnly: true, redisTLS: .init(certificates: certificates), emulator: { $0.unregisteredPrefix = "dead" }) { bed in
                 let count = 3_000
                 // Every 50th job has a malformed token (dead-lettered), every 40th one APNs calls unregistered.
                 try await bed.enqueue(count) { index in
@@ -76,6 +76,16 @@ extension IntegrationTests {
                 // Every client of this Redis came over TLS: the server has no plain port at all.
                 let clients = try await bed.client.send(["CLIENT", "LIST"])
                 #expect(clients.string?.contains("laddr=127.0.0.1:\(bed.redis.port)") == true)
+
+                // Redis restarts (killed; the append-only file keeps the data): the worker
+                // reconnects over TLS, handshake and all, and delivers what comes next.
+                try bed.redis.restart()
+                let more = 500
+                try await bed.enqueue(more) { index in
+                    [("token", WorkerHarness.deviceToken(count + index)), ("payload", WorkerHarness.payload(count + index))]
+                }
+                let after = try await bed.waitUntilSettled(enqueued: count + more)
+                #expect(after.settled && after.acceptedUnique == count + more - malformed - dead && after.duplicates == 0, "\(after)")
             }
         }
 
@@ -84,11 +94,53 @@ extension IntegrationTests {
             let (directory, certificates) = try Self.certificates()
             _ = directory
             try await withWorkerBed(redisTLS: .init(certificates: certificates, authClients: true)) { bed in
+                // The TLS settings as flags (--redis-ca-file, --redis-cert, --redis-key) ...
                 let count = 1_000
                 try await bed.enqueue(count)
                 let process = try bed.startProcess(["--metrics-port", "0", "--drain-timeout", "5"])
                 let ledger = try await bed.waitUntilSettled(enqueued: count)
                 #expect(ledger.settled && ledger.acceptedUnique == count && ledger.duplicates == 0, "\(ledger)")
+                process.signal(SIGTERM)
+                let exit = try await process.waitForExit(timeout: .seconds(20))
+                #expect(exit?.status == 0, "\(process.logTail())")
+
+                // ... and in the config file (redis_ca_file, redis_cert, redis_key).
+                let client = try #require(bed.redis.tls?.clientTLS)
+                let config = bed.emulator.directory.path("herald.yaml")
+                try """
+                    redis: \(bed.redis.url)
+                    redis_ca_file: \(client.caFile ?? "")
+                    redis_cert: \(client.certificateFile ?? "")
+                    redis_key: \(client.keyFile ?? "")
+                    """.write(toFile: config, atomically: true, encoding: .utf8)
+                try await bed.enqueue(count) { index in
+                    [("token", WorkerHarness.deviceToken(count + index)), ("payload", WorkerHarness.payload(count + index))]
+                }
+                let configured = try WorkerProcess(arguments: ["--config", config, "--metrics-port", "0", "--drain-timeout", "5"]
+                                                       + bed.emulator.workerArguments,
+                                                   logPath: bed.emulator.directory.path("worker-config.log"))
+                let both = try await bed.waitUntilSettled(enqueued: 2 * count)
+                #expect(both.settled && both.acceptedUnique == 2 * count && both.duplicates == 0, "\(both)\n\(configured.logTail())")
+                configured.signal(SIGTERM)
+                let configuredExit = try await configured.waitForExit(timeout: .seconds(20))
+                #expect(configuredExit?.status == 0, "\(configured.logTail())")
+            }
+        }
+
+        @Test
+        func herald_workerThatDoesNotTrustRedisSaysSoAndKeepsTrying() async throws {
+            let (directory, certificates) = try Self.certificates()
+            _ = directory
+            try await withWorkerBed(redisTLS: .init(certificates: certificates)) { bed in
+                let process = try WorkerProcess(
+                    arguments: ["--redis", bed.redis.url, "--redis-ca-file", certificates.otherCAFile, "--metrics-port", "0"]
+                        + bed.emulator.workerArguments,
+                    logPath: bed.emulator.directory.path("worker-untrusting.log"))
+                try await waitFor("the worker logs why it cannot reach Redis", timeout: .seconds(30)) {
+                    process.logTail().contains("Redis' TLS certificate is not trusted")
+                }
+                #expect(process.logTail().contains("--redis-ca-file"), "\(process.logTail())")
+                #expect(process.isRunning, "a Redis it cannot trust is retried, not a reason to exit: \(process.logTail())")
                 process.signal(SIGTERM)
                 let exit = try await process.waitForExit(timeout: .seconds(20))
                 #expect(exit?.status == 0, "\(process.logTail())")

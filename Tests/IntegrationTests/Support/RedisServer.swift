@@ -111,9 +111,11 @@ final class RedisServer: @unchecked Sendable {
             return error
         }
         let deadline = EventLoop.monotonicMilliseconds() + 10_000
+        // A restart appends to the same log: only what this run wrote counts.
+        let logOffset = (try? FileManager.default.attributesOfItem(atPath: directory.path("redis.log"))[.size] as? Int) ?? 0
         while EventLoop.monotonicMilliseconds() < deadline {
             if !process.isRunning { break }
-            if tls == nil ? RedisServer.ping(port: port) : RedisServer.readyForTLS(port: port, log: directory.path("redis.log")) {
+            if tls == nil ? RedisServer.ping(port: port) : RedisServer.readyForTLS(port: port, log: directory.path("redis.log"), from: logOffset) {
                 slot = process
                 return nil
             }
@@ -154,8 +156,9 @@ final class RedisServer: @unchecked Sendable {
 
     /// A TLS server is ready once it logged so and accepts a TCP connection (a plain PING cannot
     /// tell: it would get no answer).
-    static func readyForTLS(port: Int, log: String) -> Bool {
-        guard let text = try? String(contentsOfFile: log, encoding: .utf8), text.contains("Ready to accept connections") else { return false }
+    static func readyForTLS(port: Int, log: String, from offset: Int) -> Bool {
+        guard let data = FileManager.default.contents(atPath: log), data.count > offset,
+              String(decoding: data.dropFirst(offset), as: UTF8.self).contains("Ready to accept connections") else { return false }
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return false }
         defer { close(fd) }
