@@ -46,8 +46,8 @@ extension IntegrationTests {
             var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("HERALD_") }
             environment["HERALD_REDIS_PASSWORD"] = password
             process.environment = environment
-            FileManager.default.createFile(atPath: directory.path("out"), contents: nil)
-            FileManager.default.createFile(atPath: directory.path("err"), contents: nil)
+            _ = FileManager.default.createFile(atPath: directory.path("out"), contents: nil)
+            _ = FileManager.default.createFile(atPath: directory.path("err"), contents: nil)
             process.standardInput = FileHandle.nullDevice
             process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: directory.path("out")))
             process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: directory.path("err")))
