@@ -159,6 +159,13 @@ extension IntegrationTests {
                 #expect(stats.status != 0 && stats.stderr.contains("NOPERM"), "\(stats.stderr)")
                 #expect(stats.stderr.contains("'time'") || stats.stderr.contains("xinfo"), "the message names the command: \(stats.stderr)")
 
+                try await Self.create("herald-operator", on: bed.client, extra: ["-xrange", "-xrevrange"])
+                for tool in [["dead-letters", "list"], ["feedback", "tail"]] {
+                    let run = try Self.herald(tool, user: "herald-operator", redis: bed.redis)
+                    #expect(run.status != 0 && run.stderr.contains("NOPERM") && run.stderr.contains("xrevrange"),
+                            "\(tool.joined(separator: " ")): \(run.stderr)")
+                }
+
                 // The worker without XREADGROUP: logs it once, does not spin or exit, recovers when granted.
                 try await Self.create("herald-worker", on: bed.client, extra: ["-xreadgroup"])
                 let count = 300
