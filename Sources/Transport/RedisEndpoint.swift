@@ -106,6 +106,17 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
                   tls: secure ? RedisTLS() : nil)
     }
 
+    /// The same Redis login and TLS settings at another address: what a resolver (Sentinel's
+    /// master, a cluster node, a MOVED answer) connects to, so credentials, database and TLS
+    /// follow without being copied field by field. With TLS the new host is what the server's
+    /// certificate must name (or, for an IP address, list as an address).
+    public func at(host: String, port: Int) -> RedisEndpoint {
+        var copy = self
+        copy.host = host
+        copy.port = port
+        return copy
+    }
+
     /// Why `host` cannot be connected to, or nil: empty, too long, or holding characters no host
     /// name or address has (spaces, control characters, NUL).
     public static func problem(withHost host: some StringProtocol) -> String? {
