@@ -69,6 +69,7 @@ METRICS = {
     "herald_jwt_mints_total": ("counter", {"app"}),
     "herald_credentials_rejected": ("gauge", {"app"}),
     "herald_redis_errors_total": ("counter", {"queue"}),
+    "herald_consumers_removed_total": ("counter", {"queue"}),
     "herald_queue_depth": ("gauge", {"queue"}),
     "herald_queue_pending": ("gauge", {"queue"}),
     "herald_consumer_lag": ("gauge", {"queue"}),

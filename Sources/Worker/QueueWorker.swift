@@ -32,6 +32,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     public var counters: WorkerCounters {
         var counters = rules.counters
         counters.redisErrors = redisErrors
+        counters.consumersRemoved = consumersRemoved
         return counters
     }
     private var redisErrors = 0

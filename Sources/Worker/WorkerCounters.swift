@@ -15,6 +15,8 @@ public struct WorkerCounters: Sendable, Equatable {
     public var handedBack = 0
     public var unknownFields = 0
     public var redisErrors = 0
+    /// Consumers of the group removed as idle with nothing pending (`--idle-consumer-timeout`).
+    public var consumersRemoved = 0
     /// Enqueue-to-answer latency of accepted notifications.
     public var endToEndLatency = LatencyHistogram()
 
@@ -35,6 +37,7 @@ public struct WorkerCounters: Sendable, Equatable {
         sum.handedBack += b.handedBack
         sum.unknownFields += b.unknownFields
         sum.redisErrors += b.redisErrors
+        sum.consumersRemoved += b.consumersRemoved
         sum.endToEndLatency.merge(b.endToEndLatency)
         return sum
     }

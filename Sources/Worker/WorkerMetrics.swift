@@ -67,7 +67,7 @@ public final class WorkerMetrics {
         for name in WorkerMetrics.outcomes { _ = counter("herald_notifications_total", outcome + [("outcome", name)]) }
         let q = [("queue", queue)]
         for name in ["herald_jobs_read_total", "herald_jobs_reclaimed_total", "herald_jobs_superseded_total",
-                     "herald_jobs_retried_total", "herald_redis_errors_total"] {
+                     "herald_jobs_retried_total", "herald_redis_errors_total", "herald_consumers_removed_total"] {
             _ = counter(name, q)
         }
         for lane in worker.lanes {
@@ -134,6 +134,7 @@ public final class WorkerMetrics {
         add("herald_jobs_superseded_total", q, counters.superseded - previous.superseded)
         add("herald_jobs_retried_total", q, counters.retried - previous.retried)
         add("herald_redis_errors_total", q, counters.redisErrors - previous.redisErrors)
+        add("herald_consumers_removed_total", q, counters.consumersRemoved - previous.consumersRemoved)
         add("herald_jobs_unknown_fields_total", q, counters.unknownFields - previous.unknownFields)
         for (reason, count) in counters.deadLetteredByReason {
             add("herald_jobs_dead_lettered_total", q + [("reason", reason)], count - (previous.deadLetteredByReason[reason] ?? 0))
