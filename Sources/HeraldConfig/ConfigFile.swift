@@ -19,6 +19,10 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     public var redisCert: String?
     public var redisKey: String?
     public var queue: String?
+    /// Several queues for one worker (`--queues`); excludes `shards`.
+    public var queues: [String]?
+    /// `queue`-0 … `queue`-(N-1) (`--shards`).
+    public var shards: Int?
     public var batch: Int?
     public var claimIdle: Int?
     public var idleConsumerTimeout: Int?
@@ -33,7 +37,7 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     public var apps: [String: App]?
 
     public enum CodingKeys: String, CodingKey, CaseIterable {
-        case redis, queue, batch, threads, apps
+        case redis, queue, queues, shards, batch, threads, apps
         case redisPasswordFile = "redis_password_file"
         case redisCAFile = "redis_ca_file"
         case redisCert = "redis_cert"

@@ -1,4 +1,5 @@
 import APNs
+import Queue
 
 /// Everything one load run needs: what to start or attach to, what to enqueue, how fast, and which
 /// APNs faults the emulator injects. Built by `herald loadgen` (and `herald demo`), read by `LoadRun`.
@@ -13,6 +14,9 @@ public struct LoadGenConfiguration: Sendable {
     /// environment (HERALD_REDIS_PASSWORD), never on their command line.
     public var redisPassword: String? = nil
     public var queue = "default"
+    /// Shards `queue`-0 … `queue`-(N-1) (`--shards`): jobs go to the shard of their token, the
+    /// workers read them all, and the report has a row per queue. nil: the one queue `queue`.
+    public var shards: Int? = nil
     /// A running APNs (or emulator); nil starts the emulator.
     public var apnsHost: String? = nil
     public var apnsPort: Int? = nil
@@ -68,6 +72,11 @@ public struct LoadGenConfiguration: Sendable {
     public init() {}
 
     public var jobs: Int { notifications / fanout }
+    /// The queues of the run: `queue`, or its shards.
+    public var queueKeys: [QueueKeys] {
+        guard let shards else { return [QueueKeys(queue: queue)] }
+        return QueueShards.names(base: queue, shards: shards).map { QueueKeys(queue: $0) }
+    }
     public var isSteady: Bool { rate != nil }
 
     /// Checks the combination; the message names the flag.
@@ -87,6 +96,7 @@ public struct LoadGenConfiguration: Sendable {
         if let rate { guard rate > 0 else { throw LoadGenError("--rate must be positive") } }
         guard latencyMilliseconds >= 0 else { throw LoadGenError("--latency-ms must be 0 or more") }
         guard timeoutSeconds >= 1 else { throw LoadGenError("--timeout must be at least 1 second") }
+        if let shards { guard (1...QueueShards.maxQueues).contains(shards) else { throw LoadGenError("--shards must be 1 to \(QueueShards.maxQueues)") } }
         if let prefix = unregisteredPrefix {
             guard !prefix.isEmpty, prefix.count <= 16, prefix.utf8.allSatisfy(PayloadFactory.isHexDigit) else {
                 throw LoadGenError("--unregistered-prefix must be 1 to 16 hex digits")

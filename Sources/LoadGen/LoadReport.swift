@@ -29,6 +29,29 @@ public struct LoadReport: Sendable {
     /// the emulator when started here, and loadgen itself): where the rest of the CPU went.
     public var otherCPUSeconds: [(name: String, seconds: Double)] = []
     public var timedOut = false
+    /// Per queue (a run with `--shards`): jobs enqueued to it, notifications, and when it was
+    /// empty (seconds after the clock started; nil if it never was before the end).
+    public var queues: [QueueRow] = []
+
+    public struct QueueRow: Sendable {
+        public var name: String
+        public var jobs: Int
+        public var notifications: Int
+        public var emptyAfterSeconds: Double?
+
+        public init(name: String, jobs: Int, notifications: Int, emptyAfterSeconds: Double?) {
+            self.name = name
+            self.jobs = jobs
+            self.notifications = notifications
+            self.emptyAfterSeconds = emptyAfterSeconds
+        }
+
+        /// Its notifications over the time until it was empty.
+        public var notificationsPerSecond: Double? {
+            guard let seconds = emptyAfterSeconds, seconds > 0 else { return nil }
+            return Double(notifications) / seconds
+        }
+    }
     public var conditions = RunConditions()
 
     public init() {}
@@ -58,6 +81,15 @@ public struct LoadReport: Sendable {
         if rejectedByAPNs > 0 { lines.append("  APNs answers not 200   \(g(rejectedByAPNs)) (retried or final, counted above)") }
         lines.append("  wall time              \(PercentText.fixed(wallSeconds, digits: 2)) s\(timedOut ? " (TIMED OUT)" : "")  (enqueue \(PercentText.fixed(enqueueSeconds, digits: 2)) s)")
         lines.append("  throughput             \(g(Int(notificationsPerSecond.rounded()))) notifications/s")
+        if queues.count > 1 {
+            lines.append("  per queue (notifications, empty after, rate until then)")
+            for queue in queues {
+                let empty = queue.emptyAfterSeconds.map { PercentText.fixed($0, digits: 2) + " s" } ?? "never"
+                let rate = queue.notificationsPerSecond.map { g(Int($0.rounded())) + "/s" } ?? "-"
+                lines.append("    \(queue.name)" + String(repeating: " ", count: max(1, 20 - queue.name.count)) + "\(g(queue.notifications))  \(empty)  \(rate)")
+            }
+            lines.append("    total" + String(repeating: " ", count: 15) + "\(g(notifications))  \(PercentText.fixed(wallSeconds, digits: 2)) s  \(g(Int(notificationsPerSecond.rounded())))/s")
+        }
         if let latency {
             let ms = { (value: Double) in PercentText.trimmed(value, digits: 3) }
             lines.append("  latency (enqueue → APNs answer, ms, n=\(g(latency.count)))")
@@ -108,6 +140,17 @@ public struct LoadReport: Sendable {
         root.add("enqueue_seconds", enqueueSeconds)
         root.add("notifications_per_second", notificationsPerSecond)
         root.add("timed_out", timedOut)
+        if !queues.isEmpty {
+            root.addRaw("queues", "[" + queues.map { queue -> String in
+                var object = JSONObjectText()
+                object.add("queue", queue.name)
+                object.add("jobs", queue.jobs)
+                object.add("notifications", queue.notifications)
+                object.add("empty_after_seconds", queue.emptyAfterSeconds)
+                object.add("notifications_per_second", queue.notificationsPerSecond)
+                return object.text
+            }.joined(separator: ",") + "]")
+        }
         if let latency {
             var object = JSONObjectText()
             object.add("count", latency.count)

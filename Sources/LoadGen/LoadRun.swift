@@ -57,6 +57,8 @@ public final class LoadRun {
         conditions.gitCommit = RunConditions.gitCommit(executable: c.executable)
         let executable = RunConditions.resolvedPath(c.executable)
         let keys = QueueKeys(queue: c.queue)
+        // The run's queues: `keys` alone, or its shards (then `keys` itself stays unused).
+        let allKeys = c.queueKeys
 
         // Redis.
         let (endpoint, redisURL) = try startRedis()
@@ -65,13 +67,15 @@ public final class LoadRun {
         try redis.stopOnSignals()
         try waitForRedis(redis)
         let inspector = QueueInspector(redis: redis)
-        let before = try inspector.stats(keys: keys)
-        if before.depth > 0 || before.retrySize > 0 {
-            throw LoadGenError("\(keys.jobs) already holds \(before.depth) jobs and \(keys.retry) \(before.retrySize): a measurement needs an empty queue (use another --queue)")
+        for queueKeys in allKeys {
+            let before = try inspector.stats(keys: queueKeys)
+            if before.depth > 0 || before.retrySize > 0 {
+                throw LoadGenError("\(queueKeys.jobs) already holds \(before.depth) jobs and \(queueKeys.retry) \(before.retrySize): a measurement needs an empty queue (use another --queue)")
+            }
         }
-        let deadBaselineID = try lastEntryID(redis, key: keys.dead)
-        let deadAddedBefore = try LoadRun.entriesAdded(redis, key: keys.dead)
-        let feedbackAddedBefore = try LoadRun.entriesAdded(redis, key: keys.feedback)
+        let deadBaselineIDs = try allKeys.map { try lastEntryID(redis, key: $0.dead) }
+        let deadAddedBefore = try LoadRun.entriesAdded(redis, keys: allKeys.map(\.dead))
+        let feedbackAddedBefore = try LoadRun.entriesAdded(redis, keys: allKeys.map(\.feedback))
         let redisVersion = (try? redis.run(["INFO", "server"]).string).flatMap(LoadRun.redisVersion) ?? "?"
         conditions.redis = c.redisURL == nil
             ? "private redis-server \(redisVersion) on \(endpoint.host):\(endpoint.port), --save '' --appendonly no"
@@ -103,11 +107,11 @@ public final class LoadRun {
             }
             enqueueStart = EventLoop.monotonicMilliseconds()
             clockStart = enqueueStart
-            startProducer(producer, job, endpoint: endpoint, keys: keys)
+            startProducer(producer, job, endpoint: endpoint, keys: keys, shards: c.shards == nil ? [] : allKeys)
         } else {
             log?("  enqueueing \(PercentText.grouped(c.jobs)) jobs (\(PercentText.grouped(c.notifications)) notifications) …")
             enqueueStart = EventLoop.monotonicMilliseconds()
-            startProducer(producer, job, endpoint: endpoint, keys: keys)
+            startProducer(producer, job, endpoint: endpoint, keys: keys, shards: c.shards == nil ? [] : allKeys)
             if c.attachWorkers {
                 clockStart = enqueueStart
             } else {
@@ -139,6 +143,8 @@ public final class LoadRun {
         var lastAccepted = 0
         var producerFinished = false
         var producerBehind: Int64 = 0
+        // Per queue: when it was first empty (jobs and retry set) after the producer finished.
+        var emptyAt: [Int64?] = Array(repeating: nil, count: allKeys.count)
         while true {
             let now = EventLoop.monotonicMilliseconds()
             if !producerFinished {
@@ -155,9 +161,14 @@ public final class LoadRun {
                 try checkWorkersAlive()
             }
             if producerFinished {
-                let replies = try redis.pipeline([["XLEN", .text(keys.jobs)], ["ZCARD", .text(keys.retry)]])
+                let replies = try redis.pipeline(allKeys.flatMap { [["XLEN", .text($0.jobs)], ["ZCARD", .text($0.retry)]] })
+                let at = EventLoop.monotonicMilliseconds()
+                for index in allKeys.indices where emptyAt[index] == nil
+                    && replies[2 * index].integer == 0 && replies[2 * index + 1].integer == 0 {
+                    emptyAt[index] = at
+                }
                 if replies.allSatisfy({ $0.integer == 0 }) {
-                    clockEnd = EventLoop.monotonicMilliseconds()
+                    clockEnd = at
                     break
                 }
             }
@@ -167,15 +178,15 @@ public final class LoadRun {
                 break
             }
             if let progress, now - lastProgress >= 500 {
-                let stats = try inspector.stats(keys: keys)
+                let stats = try QueueStatsSum(allKeys.map { try inspector.stats(keys: $0) })
                 let accepted = (emulatorStatistics(apns.stats)?.since(emulatorBaseline).acceptedUnique) ?? lastAccepted
                 let rate = Double(accepted - lastAccepted) * 1000 / Double(max(1, now - lastProgress))
                 lastAccepted = accepted
                 lastProgress = now
                 progress("\(PercentText.fixed(Double(now - clockStart) / 1000, digits: 1)) s  \(PercentText.grouped(Int(rate))) accepted/s  "
-                    + "accepted \(PercentText.grouped(accepted))  dead letters \(PercentText.grouped(try LoadRun.entriesAdded(redis, key: keys.dead) - deadAddedBefore))  "
-                    + "dead tokens \(PercentText.grouped(try LoadRun.entriesAdded(redis, key: keys.feedback) - feedbackAddedBefore))  queue \(PercentText.grouped(stats.depth))  "
-                    + "pending \(PercentText.grouped(stats.group?.pending ?? 0))  retry \(PercentText.grouped(stats.retrySize))")
+                    + "accepted \(PercentText.grouped(accepted))  dead letters \(PercentText.grouped(try LoadRun.entriesAdded(redis, keys: allKeys.map(\.dead)) - deadAddedBefore))  "
+                    + "dead tokens \(PercentText.grouped(try LoadRun.entriesAdded(redis, keys: allKeys.map(\.feedback)) - feedbackAddedBefore))  queue \(PercentText.grouped(stats.depth))  "
+                    + "pending \(PercentText.grouped(stats.pending))  retry \(PercentText.grouped(stats.retrySize))")
             }
             try redis.idle(milliseconds: 50)
         }
@@ -204,15 +215,23 @@ public final class LoadRun {
             report.duplicated = emulator.duplicates
             report.rejectedByAPNs = emulator.rejectedTotal
             report.latency = emulator.latency
-            report.deadTokens = try LoadRun.entriesAdded(redis, key: keys.feedback) - feedbackAddedBefore
+            report.deadTokens = try LoadRun.entriesAdded(redis, keys: allKeys.map(\.feedback)) - feedbackAddedBefore
             report.deadLettered = c.fanout == 1
-                ? try LoadRun.entriesAdded(redis, key: keys.dead) - deadAddedBefore
-                : try deadLetteredNotifications(redis, key: keys.dead, after: deadBaselineID)
+                ? try LoadRun.entriesAdded(redis, keys: allKeys.map(\.dead)) - deadAddedBefore
+                : try zip(allKeys, deadBaselineIDs).reduce(0) { $0 + (try deadLetteredNotifications(redis, key: $1.0.dead, after: $1.1)) }
             report.superseded = supersededCount(metricsAddresses)
             if report.lost <= 0 || timedOut || EventLoop.monotonicMilliseconds() >= countingDeadline { break }
             try redis.idle(milliseconds: 250)
         }
         if c.isSteady { report.producerMaxBehindMilliseconds = Double(producerBehind) / 1000 }
+        if c.shards != nil {
+            let perShard = producerState(producer, job).addedPerShard
+            report.queues = allKeys.indices.map { index in
+                let jobs = index < perShard.count ? perShard[index] : 0
+                return LoadReport.QueueRow(name: allKeys[index].queue, jobs: jobs, notifications: jobs * c.fanout,
+                                           emptyAfterSeconds: emptyAt[index].map { Double($0 - clockStart) / 1000 })
+            }
+        }
         if !c.attachWorkers {
             report.workerCPUSeconds = sampler.totalCPUSeconds
             report.peakWorkerHWMBytes = sampler.peakHWMBytes
@@ -296,6 +315,11 @@ public final class LoadRun {
     /// trimming does not lower: the dead-letter and feedback streams are capped at about 1M
     /// entries, so a difference of XLENs undercounts once a run pushes them past the cap. Falls
     /// back to XLEN on an older Redis; a missing stream has had none.
+    /// `entriesAdded` summed over several streams (one per queue).
+    static func entriesAdded(_ redis: BlockingRedisClient, keys: [String]) throws -> Int {
+        try keys.reduce(0) { $0 + (try entriesAdded(redis, key: $1)) }
+    }
+
     static func entriesAdded(_ redis: BlockingRedisClient, key: String) throws -> Int {
         let reply = try redis.pipeline([["XINFO", "STREAM", .text(key)]])[0]
         switch reply {
@@ -418,10 +442,12 @@ public final class LoadRun {
         var started: [ChildProcess] = []
         for index in 0..<c.workers {
             // Port 0: each worker binds a free port itself and prints it (no pick-then-bind race).
-            var arguments = [executable, "worker", "--redis", redisURL, "--queue", c.queue, "--apns-host", apns.host,
-                             "--apns-port", String(apns.port), "--connections", String(c.connections),
-                             "--max-streams", String(c.maxStreams), "--threads", String(c.threads),
-                             "--metrics-port", "0", "--metrics-host", "127.0.0.1", "--log-level", "warning"]
+            var arguments = [executable, "worker", "--redis", redisURL, "--queue", c.queue]
+            if let shards = c.shards { arguments += ["--shards", String(shards)] }
+            arguments += ["--apns-host", apns.host,
+                          "--apns-port", String(apns.port), "--connections", String(c.connections),
+                          "--max-streams", String(c.maxStreams), "--threads", String(c.threads),
+                          "--metrics-port", "0", "--metrics-host", "127.0.0.1", "--log-level", "warning"]
             if let caFile = apns.caFile { arguments += ["--ca-file", caFile] }
             if let batch = c.batch { arguments += ["--batch", String(batch)] }
             let process = try ChildProcess(arguments, logFile: directory + "/worker-\(index).log", environment: environment)
@@ -477,7 +503,8 @@ public final class LoadRun {
 
     // MARK: the producer
 
-    private func startProducer(_ thread: EventLoopThread, _ box: ProducerBox, endpoint: RedisEndpoint, keys: QueueKeys) {
+    /// With `shards`, each job goes to the shard of its (first) token, as `herald enqueue --shards` does.
+    private func startProducer(_ thread: EventLoopThread, _ box: ProducerBox, endpoint: RedisEndpoint, keys: QueueKeys, shards: [QueueKeys]) {
         let jobs = configuration.jobs
         let rate = configuration.rate
         thread.submitAndWait {
@@ -487,6 +514,7 @@ public final class LoadRun {
                 factory.fields(job: index, scheduledMicros: micros)
             }
             enqueuer.stopsLoopWhenFinished = false
+            enqueuer.shards = shards
             connection.delegate = enqueuer
             box.enqueuer = enqueuer
             connection.connect()
@@ -497,7 +525,7 @@ public final class LoadRun {
         thread.submitAndWait {
             guard let enqueuer = box.enqueuer else { return ProducerBox.State(added: 0, finished: false, error: nil, maxBehindMicros: 0) }
             return ProducerBox.State(added: enqueuer.added, finished: enqueuer.isFinished, error: enqueuer.error,
-                                     maxBehindMicros: enqueuer.maxBehindMicros)
+                                     maxBehindMicros: enqueuer.maxBehindMicros, addedPerShard: enqueuer.addedPerShard)
         }
     }
 
@@ -538,10 +566,24 @@ final class ProducerBox: @unchecked Sendable {
         var finished: Bool
         var error: String?
         var maxBehindMicros: Int64
+        var addedPerShard: [Int] = []
     }
 
     let factory: JobFactory
     var enqueuer: Enqueuer?
 
     init(factory: JobFactory) { self.factory = factory }
+}
+
+/// Several queues' depth, pending entries and retry-set size added up (the progress line).
+struct QueueStatsSum {
+    var depth = 0, pending = 0, retrySize = 0
+
+    init(_ stats: [QueueStats]) {
+        for queue in stats {
+            depth += queue.depth
+            pending += queue.group?.pending ?? 0
+            retrySize += queue.retrySize
+        }
+    }
 }

@@ -24,6 +24,12 @@ public final class Enqueuer: RedisConnectionDelegate {
     public private(set) var sent = 0
     public private(set) var added = 0
     public private(set) var firstID: String?
+    /// Shard queues (`herald enqueue --shards N`): when not empty, each job goes to
+    /// `shards[QueueShards.shard(token:shards:)]` of its `token` field (or the first of its
+    /// `tokens`: the caller splits fan-out jobs by shard first) instead of `keys`.
+    public var shards: [QueueKeys] = []
+    /// Jobs added per shard (when `shards` is set), in `shards` order.
+    public private(set) var addedPerShard: [Int] = []
     public private(set) var error: String?
     /// When paced: the furthest the producer fell behind its schedule, µs.
     public private(set) var maxBehindMicros: Int64 = 0
@@ -98,11 +104,31 @@ public final class Enqueuer: RedisConnectionDelegate {
         if sent < count { loop.schedule(afterMilliseconds: 1) { [weak self] in self?.pace() } }
     }
 
+    /// The shard of a job's fields: the CRC-32 of its token (or first token) mod the shard count.
+    public static func shard(of fields: Fields, shards: Int) -> Int {
+        guard shards > 1 else { return 0 }
+        for field in fields where field.name == JobField.token {
+            return QueueShards.shard(token: String(decoding: field.value, as: UTF8.self), shards: shards)
+        }
+        for field in fields where field.name == JobField.tokens {
+            let first = field.value.split(separator: UInt8(ascii: ","), maxSplits: 1).first ?? []
+            return QueueShards.shard(token: String(decoding: first, as: UTF8.self).filter { $0 != " " }, shards: shards)
+        }
+        return 0
+    }
+
     private func add(index: Int, scheduledMicros: Int64) {
         sent += 1
         let fields = job(index, scheduledMicros)
+        var stream = keys.jobs
+        var shard = -1
+        if !shards.isEmpty {
+            if addedPerShard.isEmpty { addedPerShard = Array(repeating: 0, count: shards.count) }
+            shard = Enqueuer.shard(of: fields, shards: shards.count)
+            stream = shards[shard].jobs
+        }
         connection.send(argumentCount: 3 + fields.count * 2, { builder in
-            builder.add("XADD"); builder.add(keys.jobs); builder.add("*")
+            builder.add("XADD"); builder.add(stream); builder.add("*")
             for field in fields {
                 builder.add(field.name)
                 builder.add(field.value)
@@ -115,6 +141,7 @@ public final class Enqueuer: RedisConnectionDelegate {
             case .success(let reply):
                 if firstID == nil { firstID = reply.string }
                 added += 1
+                if shard >= 0 { addedPerShard[shard] += 1 }
                 if added == count { finish() } else if ratePerSecond == nil { fill() }
             case .failure(let failure):
                 if error == nil { error = failure.description }

@@ -25,10 +25,14 @@ public struct EntryOutcome: Sendable {
 public struct OutcomeBatch: Sendable {
     public let sequence: UInt64
     public let entries: [EntryOutcome]
+    /// The index of the queue (among the worker's queues) whose entries these are: the batch is
+    /// written with that queue's keys on that queue's connection, never mixed with another queue.
+    public let queue: Int
 
-    public init(sequence: UInt64, entries: [EntryOutcome]) {
+    public init(sequence: UInt64, entries: [EntryOutcome], queue: Int = 0) {
         self.sequence = sequence
         self.entries = entries
+        self.queue = queue
     }
 
     /// Queues `MULTI`, the writes, `XACK`, `XDEL`, `EXEC` on `connection`; `completion` gets EXEC's reply.

@@ -56,19 +56,33 @@ public struct NotificationSend: Sendable {
 /// closure or avoidable allocation per notification: tokens are `UInt64` contexts in per-app queues.
 public final class DeliveryRules {
     public let policy: DeliveryPolicy
-    public private(set) var counters = WorkerCounters()
+    /// What the rules did, over every queue.
+    public var counters: WorkerCounters {
+        queueCounters.count == 1 ? queueCounters[0] : queueCounters.dropFirst().reduce(queueCounters[0], +)
+    }
+    /// What the rules did, per queue (in the order the queues were given).
+    public private(set) var queueCounters: [WorkerCounters]
     public private(set) var draining = false
 
     private var lanes: [Lane]
     private let laneByName: [String: Int]
+    /// Each app's job defaults per queue (`[queue][lane]`): the apns-id namespace is the queue's name.
+    private let defaultsByQueue: [[JobDefaults]]
     private var jobs: [JobRecord?] = []
     private var freeJobIndices: [Int] = []
-    /// Entries taken in and not yet confirmed acknowledged: re-reading the pending list or a
-    /// claim must not take them in (and send them) again.
-    private var heldEntries = Set<StreamEntryID>()
-    private var queuedCollapse: [String: UInt64] = [:]
-    private var acceptedCollapse: [String: StreamEntryID] = [:]
-    private var finishing: [EntryOutcome] = []
+    /// Per queue, entries taken in and not yet confirmed acknowledged: re-reading the pending
+    /// list or a claim must not take them in (and send them) again. Per queue because two streams
+    /// may hold the same entry id.
+    private var heldEntries: [Set<StreamEntryID>]
+    /// Collapse ids are compared within a queue (entry ids order updates only within one stream;
+    /// producers that shard by device token keep a token's updates in one queue).
+    private var queuedCollapse: [[String: UInt64]]
+    private var acceptedCollapse: [[String: StreamEntryID]]
+    /// Per queue, entries finished since the last batch of that queue.
+    private var finishing: [[EntryOutcome]]
+    private var finishingCount = 0
+    /// The queue whose batch `takeBatch` looks at first.
+    private var nextBatchQueue = 0
     public private(set) var unconfirmed: [OutcomeBatch] = []
     private var nextBatchSequence: UInt64 = 1
     private var random: SplitMix64
@@ -119,6 +133,8 @@ public final class DeliveryRules {
     final class JobRecord {
         let job: Job
         let lane: Int
+        /// The queue (index) the job was read from: its outcomes are written to that queue's keys.
+        let queue: Int
         var remaining: Int
         /// Per token, set when a newer job with its collapse id arrived; empty until one does.
         private var superseded: [Bool] = []
@@ -135,9 +151,10 @@ public final class DeliveryRules {
         /// Tokens put back without a counted failure (drain, refused credentials): in `retryTokens`, not retries.
         var handedBack = 0
 
-        init(job: Job, lane: Int) {
+        init(job: Job, lane: Int, queue: Int) {
             self.job = job
             self.lane = lane
+            self.queue = queue
             remaining = job.tokens.count
         }
 
@@ -166,10 +183,30 @@ public final class DeliveryRules {
         }
     }
 
-    /// `apps`: each app's name (a job's `app` field) and job defaults, in lane order.
-    public init(policy: DeliveryPolicy, apps: [(name: String, defaults: JobDefaults)], seed: UInt64) {
+    /// `apps`: each app's name (a job's `app` field) and job defaults, in lane order. `queues`:
+    /// the names of the queues the jobs come from, in the order their indices name them (each
+    /// queue's name is the apns-id namespace of its jobs); nil for one queue whose namespace the
+    /// apps' defaults already carry.
+    public init(policy: DeliveryPolicy, apps: [(name: String, defaults: JobDefaults)], queues: [String]? = nil, seed: UInt64) {
         self.policy = policy
         lanes = apps.map { Lane(name: $0.name, defaults: $0.defaults) }
+        if let queues, !queues.isEmpty {
+            defaultsByQueue = queues.map { queue in
+                apps.map { app in
+                    var defaults = app.defaults
+                    defaults.apnsIDNamespace = queue
+                    return defaults
+                }
+            }
+        } else {
+            defaultsByQueue = [apps.map(\.defaults)]
+        }
+        let queueCount = defaultsByQueue.count
+        queueCounters = Array(repeating: WorkerCounters(), count: queueCount)
+        heldEntries = Array(repeating: [], count: queueCount)
+        queuedCollapse = Array(repeating: [:], count: queueCount)
+        acceptedCollapse = Array(repeating: [:], count: queueCount)
+        finishing = Array(repeating: [], count: queueCount)
         var names: [String: Int] = [:]
         for (index, app) in apps.enumerated() where names[app.name] == nil { names[app.name] = index }
         laneByName = names
@@ -184,16 +221,22 @@ public final class DeliveryRules {
     /// Tokens waiting in every lane.
     public var queuedTokens: Int { lanes.reduce(0) { $0 + $1.queued } }
 
-    public func isHeld(_ id: StreamEntryID) -> Bool { heldEntries.contains(id) }
+    /// The queues the rules take entries from.
+    public var queueCount: Int { defaultsByQueue.count }
+
+    public func isHeld(_ id: StreamEntryID, queue: Int = 0) -> Bool { heldEntries[queue].contains(id) }
 
     /// Entries held: taken in and not yet confirmed acknowledged.
-    public var heldCount: Int { heldEntries.count }
+    public var heldCount: Int { heldEntries.reduce(0) { $0 + $1.count } }
+
+    /// Entries of `queue` held.
+    public func heldCount(queue: Int) -> Int { heldEntries[queue].count }
 
     /// Finished entries whose batch was not yet taken.
-    public var hasOutcomesToWrite: Bool { !finishing.isEmpty }
+    public var hasOutcomesToWrite: Bool { finishingCount > 0 }
 
     /// Every outcome taken and confirmed written (drain waits for this and for the pool).
-    public var writesSettled: Bool { finishing.isEmpty && unconfirmed.isEmpty }
+    public var writesSettled: Bool { finishingCount == 0 && unconfirmed.isEmpty }
 
     public func isHalted(lane: Int) -> Bool { lanes[lane].halted }
 
@@ -201,56 +244,56 @@ public final class DeliveryRules {
 
     /// Entries read (`deliveries` nil) or claimed from another consumer (with their delivery
     /// counts): decodes them, dead-letters the malformed and the hopeless, queues the rest.
-    public func entriesArrived(_ entries: [StreamRecord], deliveries: [StreamEntryID: Int]?, now: Int64) {
+    public func entriesArrived(_ entries: [StreamRecord], queue: Int = 0, deliveries: [StreamEntryID: Int]?, now: Int64) {
         for entry in entries {
             // Held from here on: every path below ends in a queued token or an outcome, and the
             // entry leaves `heldEntries` only when its batch is confirmed.
-            guard heldEntries.insert(entry.id).inserted else { continue }
-            if deliveries != nil { counters.jobsReclaimed += 1 }
+            guard heldEntries[queue].insert(entry.id).inserted else { continue }
+            if deliveries != nil { queueCounters[queue].jobsReclaimed += 1 }
             let fields = entry.fields
             guard !fields.isEmpty else {
                 // Deleted while pending: nothing to deliver; acknowledge it.
-                finishing.append(EntryOutcome(entryID: entry.id))
+                addFinishing(EntryOutcome(entryID: entry.id), queue: queue)
                 continue
             }
-            counters.jobsRead += 1
+            queueCounters[queue].jobsRead += 1
             if let cut = entry.truncated.first {
                 // An outsized value (see RESPReader): never sent; the dead letter keeps its first
                 // bytes, its full length and its SHA-256.
                 let what = cut.byBudget ? "it holds more than the 32 MiB Herald reads of one entry"
                     : cut.field.map { "field \(DeadLetterText.quoted($0)) holds \(cut.length) bytes, more than the 3 MiB Herald reads of one value" }
                     ?? "it has \(cut.length / 2) fields, more than the 65,536 Herald reads of one entry"
-                deadLetterEntry(entry.id, fields: fields, reason: "field_too_large",
+                deadLetterEntry(entry.id, queue: queue, fields: fields, reason: "field_too_large",
                                 message: "The job is too large to read: \(what). The dead letter keeps the value's first 4,096 bytes, its full length (truncated_length) and its SHA-256 (truncated_sha256).",
                                 now: now,
                                 extra: [("truncated_field", cut.field ?? ""), ("truncated_length", String(cut.length)), ("truncated_sha256", cut.sha256 ?? "")])
                 continue
             }
             if let deliveries, let count = deliveries[entry.id], count > policy.maxDeliveries {
-                deadLetterEntry(entry.id, fields: fields, reason: "max_deliveries",
+                deadLetterEntry(entry.id, queue: queue, fields: fields, reason: "max_deliveries",
                                 message: "The entry was delivered to workers \(count) times without an outcome (more than --max-deliveries \(policy.maxDeliveries)); a worker may be crashing on it.",
                                 now: now)
                 continue
             }
             let appName = fields.first { $0.name == JobField.app }.map { String(decoding: $0.value, as: UTF8.self) }
             guard let laneIndex = laneByName[appName.flatMap { $0.isEmpty ? nil : $0 } ?? WorkerApp.defaultName] else {
-                deadLetterEntry(entry.id, fields: fields, reason: "unknown_app",
+                deadLetterEntry(entry.id, queue: queue, fields: fields, reason: "unknown_app",
                                 message: "The job names app \(DeadLetterText.quoted(appName ?? "")), which this worker is not configured for (apps: \(lanes.map(\.name).joined(separator: ", "))).",
                                 now: now)
                 continue
             }
-            switch JobDecoder.decode(entryID: entry.id, fields: fields, defaults: lanes[laneIndex].defaults) {
+            switch JobDecoder.decode(entryID: entry.id, fields: fields, defaults: defaultsByQueue[queue][laneIndex]) {
             case .failure(let error):
-                deadLetterEntry(entry.id, fields: fields, reason: error.code, message: error.description, now: now)
+                deadLetterEntry(entry.id, queue: queue, fields: fields, reason: error.code, message: error.description, now: now)
             case .success(let job):
-                counters.unknownFields += job.unknownFields
-                admit(job, lane: laneIndex, now: now)
+                queueCounters[queue].unknownFields += job.unknownFields
+                admit(job, lane: laneIndex, queue: queue, now: now)
             }
         }
     }
 
-    private func admit(_ job: Job, lane laneIndex: Int, now: Int64) {
-        let record = JobRecord(job: job, lane: laneIndex)
+    private func admit(_ job: Job, lane laneIndex: Int, queue: Int, now: Int64) {
+        let record = JobRecord(job: job, lane: laneIndex, queue: queue)
         let index: Int
         if let free = freeJobIndices.popLast() {
             index = free
@@ -282,9 +325,9 @@ public final class DeliveryRules {
                 continue
             }
             let collapseKey = job.template.collapseID.map { DeliveryRules.collapseKey($0, token) }
-            if let collapseKey, let newest = acceptedCollapse[collapseKey], newest > origin {
+            if let collapseKey, let newest = acceptedCollapse[queue][collapseKey], newest > origin {
                 // A newer update with this collapse id already reached the device.
-                counters.superseded += 1
+                queueCounters[queue].superseded += 1
                 record.remaining -= 1
                 continue
             }
@@ -297,17 +340,17 @@ public final class DeliveryRules {
             }
             if let collapseKey, let collapseID = job.template.collapseID {
                 let key = collapseKey
-                if let older = queuedCollapse[key], let olderRecord = jobRecord(for: older),
+                if let older = queuedCollapse[queue][key], let olderRecord = jobRecord(for: older),
                    olderRecord.holds(token: token, collapseID: collapseID, at: Int(older & 0xFFFF)) {
                     if olderRecord.job.originID < origin {
                         olderRecord.markSuperseded(Int(older & 0xFFFF))
                     } else {
-                        counters.superseded += 1
+                        queueCounters[queue].superseded += 1
                         record.remaining -= 1
                         continue
                     }
                 }
-                queuedCollapse[key] = context
+                queuedCollapse[queue][key] = context
             }
             lanes[laneIndex].queue.append(context)
         }
@@ -340,14 +383,14 @@ public final class DeliveryRules {
             let token = job.tokens[tokenIndex]
             if let collapseID = job.template.collapseID {
                 let key = DeliveryRules.collapseKey(collapseID, token)
-                if queuedCollapse[key] == context { queuedCollapse[key] = nil }
-                if !record.isSuperseded(tokenIndex), let newest = acceptedCollapse[key], newest > job.originID {
+                if queuedCollapse[record.queue][key] == context { queuedCollapse[record.queue][key] = nil }
+                if !record.isSuperseded(tokenIndex), let newest = acceptedCollapse[record.queue][key], newest > job.originID {
                     // A resend must not deliver an older update after a newer one was accepted.
                     record.markSuperseded(tokenIndex)
                 }
             }
             if record.isSuperseded(tokenIndex) {
-                counters.superseded += 1
+                queueCounters[record.queue].superseded += 1
                 complete(index, now: now)
                 continue
             }
@@ -357,7 +400,7 @@ public final class DeliveryRules {
                 complete(index, now: now)
                 continue
             }
-            counters.notificationsSent += 1
+            queueCounters[record.queue].notificationsSent += 1
             return NotificationSend(context: context, entryID: job.entryID, notification: job.notification(forToken: token),
                                     attempts: record.attemptsBefore(tokenIndex))
         }
@@ -366,11 +409,12 @@ public final class DeliveryRules {
 
     /// The pool had no slot for `send` after all: it goes back first in line.
     public func sendRefused(_ send: NotificationSend, lane laneIndex: Int) {
-        counters.notificationsSent -= 1
         lanes[laneIndex].pushFront(send.context)
-        guard let record = jobRecord(for: send.context), let collapseID = record.job.template.collapseID else { return }
+        guard let record = jobRecord(for: send.context) else { return }
+        queueCounters[record.queue].notificationsSent -= 1
+        guard let collapseID = record.job.template.collapseID else { return }
         let key = DeliveryRules.collapseKey(collapseID, record.job.tokens[Int(send.context & 0xFFFF)])
-        if queuedCollapse[key] == nil { queuedCollapse[key] = send.context }
+        if queuedCollapse[record.queue][key] == nil { queuedCollapse[record.queue][key] = send.context }
     }
 
     // MARK: events: APNs answered
@@ -395,17 +439,17 @@ public final class DeliveryRules {
         }
         switch outcome {
         case .accepted:
-            counters.accepted += 1
-            counters.endToEndLatency.record(milliseconds: now.subtractingSaturating(job.enqueuedAt))
+            queueCounters[record.queue].accepted += 1
+            queueCounters[record.queue].endToEndLatency.record(milliseconds: now.subtractingSaturating(job.enqueuedAt))
             if let collapseID = job.template.collapseID {
                 let key = DeliveryRules.collapseKey(collapseID, token)
-                if acceptedCollapse.count > 200_000 { acceptedCollapse.removeAll() }
-                if (acceptedCollapse[key] ?? StreamEntryID(milliseconds: 0, sequence: 0)) < job.originID {
-                    acceptedCollapse[key] = job.originID
+                if acceptedCollapse[record.queue].count > 200_000 { acceptedCollapse[record.queue].removeAll() }
+                if (acceptedCollapse[record.queue][key] ?? StreamEntryID(milliseconds: 0, sequence: 0)) < job.originID {
+                    acceptedCollapse[record.queue][key] = job.originID
                 }
             }
         case .deadToken(_, let reason, let timestamp):
-            counters.deadTokens += 1
+            queueCounters[record.queue].deadTokens += 1
             record.feedback.append(FeedbackEntry.Draft(token: token, topic: job.template.topic, reason: reason.rawValue,
                                                        timestamp: timestamp, job: job.origin))
         case .permanent(let status, let reason):
@@ -579,7 +623,7 @@ public final class DeliveryRules {
             let tokenIndex = Int(context & 0xFFFF)
             forgetQueued(record, tokenIndex: tokenIndex, context: context)
             if record.isSuperseded(tokenIndex) {
-                counters.superseded += 1
+                queueCounters[record.queue].superseded += 1
             } else {
                 if park(record, token: record.job.tokens[tokenIndex], attempts: record.attemptsBefore(tokenIndex), delay: delay, now: now) {
                     handedBack += 1
@@ -595,7 +639,7 @@ public final class DeliveryRules {
     private func forgetQueued(_ record: JobRecord, tokenIndex: Int, context: UInt64) {
         guard let collapseID = record.job.template.collapseID else { return }
         let key = DeliveryRules.collapseKey(collapseID, record.job.tokens[tokenIndex])
-        if queuedCollapse[key] == context { queuedCollapse[key] = nil }
+        if queuedCollapse[record.queue][key] == context { queuedCollapse[record.queue][key] = nil }
     }
 
     // MARK: finishing entries
@@ -604,7 +648,8 @@ public final class DeliveryRules {
         guard let record = jobs[index] else { return }
         jobs[index] = nil
         freeJobIndices.append(index)
-        counters.jobsFinished += 1
+        let queue = record.queue
+        queueCounters[queue].jobsFinished += 1
         let job = record.job
         let dueAt = now.addingSaturating(record.retryDelay)
         if !record.retryTokens.isEmpty, DeliveryRules.hasExpired(job.template.expiration, by: dueAt) {
@@ -619,7 +664,7 @@ public final class DeliveryRules {
         }
         if record.feedback.isEmpty && record.deadLetters.isEmpty && record.retryTokens.isEmpty {
             // Every token accepted or superseded (the usual job): only the acknowledgement.
-            finishing.append(EntryOutcome(entryID: job.entryID))
+            addFinishing(EntryOutcome(entryID: job.entryID), queue: queue)
             return
         }
         var writes: [OutcomeWrite] = []
@@ -635,8 +680,8 @@ public final class DeliveryRules {
             }
         }
         for group in order {
-            counters.deadLettered += group.tokens.count
-            counters.deadLetteredByReason[DeadLetterText.countingKey(reason: group.reason), default: 0] += group.tokens.count
+            queueCounters[queue].deadLettered += group.tokens.count
+            queueCounters[queue].deadLetteredByReason[DeadLetterText.countingKey(reason: group.reason), default: 0] += group.tokens.count
             // Some of a fan-out job's tokens: like a retry, the letter carries the id its apns-ids
             // derive from as id_base, so a requeued letter of one token does not send the raw id.
             let idBase = job.explicitAPNsID == nil && job.apnsIDBase != job.origin ? job.apnsIDBase : nil
@@ -645,51 +690,67 @@ public final class DeliveryRules {
                 attempts: group.attempts, failedAt: now, origin: job.origin, idBase: idBase)))
         }
         if !record.retryTokens.isEmpty {
-            counters.retried += record.retryTokens.count - record.handedBack
-            counters.handedBack += record.handedBack
+            queueCounters[queue].retried += record.retryTokens.count - record.handedBack
+            queueCounters[queue].handedBack += record.handedBack
             let retryID = "\(job.entryID)/\(record.retryAttempts)/\(UInt32.random(in: .min ... .max, using: &random))"
             writes.append(.retry(RetryEntry(job: job, tokens: record.retryTokens, attempts: record.retryAttempts, retryID: retryID,
                                             dueAt: dueAt)))
         }
-        finishing.append(EntryOutcome(entryID: job.entryID, writes: writes))
+        addFinishing(EntryOutcome(entryID: job.entryID, writes: writes), queue: queue)
+    }
+
+    private func addFinishing(_ outcome: EntryOutcome, queue: Int) {
+        finishing[queue].append(outcome)
+        finishingCount += 1
     }
 
     /// A malformed or hopeless entry: dead-letter it whole.
-    private func deadLetterEntry(_ id: StreamEntryID, fields: [(name: String, value: [UInt8])], reason: String, message: String,
+    private func deadLetterEntry(_ id: StreamEntryID, queue: Int, fields: [(name: String, value: [UInt8])], reason: String, message: String,
                                  now: Int64, extra: [(String, String)] = []) {
-        counters.deadLettered += 1
-        counters.deadLetteredByReason[DeadLetterText.countingKey(reason: reason), default: 0] += 1
-        counters.jobsFinished += 1
+        queueCounters[queue].deadLettered += 1
+        queueCounters[queue].deadLetteredByReason[DeadLetterText.countingKey(reason: reason), default: 0] += 1
+        queueCounters[queue].jobsFinished += 1
         // Extra fields (what was cut) ride along after the job's own, like any field of the job.
         let withExtra = extra.isEmpty ? fields : fields + extra.map { ($0.0, Array($0.1.utf8)) }
         let draft = DeadLetter.Draft(fields: withExtra, tokens: nil, reason: reason, message: message, status: 0, attempts: 0,
                                      failedAt: now)
-        finishing.append(EntryOutcome(entryID: id, writes: [.deadLetter(draft)]))
+        addFinishing(EntryOutcome(entryID: id, writes: [.deadLetter(draft)]), queue: queue)
     }
 
     // MARK: events: writes
 
-    /// The end of a loop tick: every entry finished since the last batch, with its writes, as one
-    /// batch to write and acknowledge in one transaction. Its entries stay held until `confirmed`.
+    /// The end of a loop tick: every entry of one queue finished since that queue's last batch,
+    /// with its writes, as one batch to write and acknowledge in one transaction on that queue's
+    /// keys (`batch.queue`); nil when no queue has any. Call until nil: each queue gets its own
+    /// batch (a transaction never spans two queues, which may live on different Redis nodes).
+    /// Its entries stay held until `confirmed`.
     public func takeBatch() -> OutcomeBatch? {
-        guard !finishing.isEmpty else { return nil }
-        let batch = OutcomeBatch(sequence: nextBatchSequence, entries: finishing)
-        nextBatchSequence += 1
-        finishing.removeAll(keepingCapacity: true)
-        unconfirmed.append(batch)
-        return batch
+        guard finishingCount > 0 else { return nil }
+        for step in 0..<finishing.count {
+            let queue = (nextBatchQueue + step) % finishing.count
+            guard !finishing[queue].isEmpty else { continue }
+            let batch = OutcomeBatch(sequence: nextBatchSequence, entries: finishing[queue], queue: queue)
+            nextBatchSequence += 1
+            finishingCount -= finishing[queue].count
+            finishing[queue].removeAll(keepingCapacity: true)
+            nextBatchQueue = (queue + 1) % finishing.count
+            unconfirmed.append(batch)
+            return batch
+        }
+        return nil
     }
 
     /// Redis confirmed batch `sequence` (EXEC answered): its entries are released.
     public func confirmed(_ sequence: UInt64) {
         guard let position = unconfirmed.firstIndex(where: { $0.sequence == sequence }) else { return }
         let batch = unconfirmed.remove(at: position)
-        for entry in batch.entries { heldEntries.remove(entry.entryID) }
+        for entry in batch.entries { heldEntries[batch.queue].remove(entry.entryID) }
     }
 
-    /// Redis is back after a lost connection: the batches it never confirmed, to write again
-    /// (in order) before anything is read; their entries stay held meanwhile.
-    public func redisReconnected() -> [OutcomeBatch] {
-        unconfirmed
+    /// `queue`'s Redis connection is back after it was lost: the batches of that queue it never
+    /// confirmed, to write again (in order) before anything of it is read; their entries stay
+    /// held meanwhile.
+    public func redisReconnected(queue: Int = 0) -> [OutcomeBatch] {
+        unconfirmed.filter { $0.queue == queue }
     }
 }

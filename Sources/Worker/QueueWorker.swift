@@ -4,17 +4,24 @@ import Observability
 import Queue
 import Transport
 
-/// Herald's Redis consumer on one event loop: it reads jobs from a Redis stream in batches,
-/// feeds them to `DeliveryRules`, hands the notifications the rules pick to each app's
-/// `ConnectionPool`, and writes the batches of outcomes the rules produce.
+/// Herald's Redis consumer on one event loop: it reads jobs from one or more Redis streams (the
+/// worker's queues) in batches, feeds them to `DeliveryRules`, hands the notifications the rules
+/// pick to each app's `ConnectionPool`, and writes the batches of outcomes the rules produce.
 ///
-/// Only the I/O lives here: the Redis connection pair and its reconnects, the consumer group,
-/// XREADGROUP (the pending list first), XAUTOCLAIM and XPENDING, the MULTI/EXEC of each batch,
-/// and the timers (retry promotion, claims, pauses, drain). Every decision about a job (collapse,
-/// expiry, resend, retry, dead letter, feedback, hand-back, what to acknowledge when) is made by
-/// `DeliveryRules`, which has no sockets and is tested on its own with random event sequences.
-/// The reader never asks for more entries than the pools have free stream slots plus a small
-/// read-ahead, so a backlog of millions costs no memory here. Loop-confined.
+/// Only the I/O lives here: each queue's Redis connection pair and its reconnects, its consumer
+/// group, XREADGROUP (the pending list first), XAUTOCLAIM and XPENDING, the MULTI/EXEC of each
+/// batch, and the timers (retry promotion, claims, pauses, drain). Every decision about a job
+/// (collapse, expiry, resend, retry, dead letter, feedback, hand-back, what to acknowledge when)
+/// is made by `DeliveryRules`, which has no sockets and is tested on its own with random event
+/// sequences. The reader never asks for more entries than the pools have free stream slots plus a
+/// small read-ahead, so a backlog of millions costs no memory here. Loop-confined.
+///
+/// Several queues (`--queues`, `--shards`): every queue has its own `QueueChannel` (connections,
+/// group, cursors), and no Redis command ever names keys of two queues, so each queue may live on
+/// a different Redis node (`endpointForQueue` says where). Their jobs share the apps' lanes and
+/// pools; reads share the free slots fairly: each queue reads at most its share of them per
+/// read, and the queues are offered reads in turn, so a queue with a large backlog delays another
+/// by at most one share of the read-ahead.
 public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate, TickObserver {
     public let loop: EventLoop
     public let configuration: WorkerConfiguration
@@ -22,7 +29,12 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     public let lanes: [AppLane]
     /// The first app's pool (the only one in a single-app worker).
     public var pool: ConnectionPool { lanes[0].pool }
-    private let endpoint: RedisEndpoint
+    /// One channel per queue, in `configuration.queues` order (a job's queue index is its position).
+    let channels: [QueueChannel]
+    /// Where each queue's Redis connections go, asked at every (re)connect of that queue. Every
+    /// queue goes to the worker's one Redis unless replaced (before `start`), e.g. by a router that
+    /// knows which Redis Cluster node owns the queue's `{queue}` hash slot.
+    public var endpointForQueue: (QueueKeys) -> RedisEndpoint
     private let time: TimeSource
     private var logger: Logger
     /// The delivery rules: every job's state and outcome.
@@ -31,39 +43,32 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     /// What this loop did: the rules' counts, and the Redis errors seen here.
     public var counters: WorkerCounters {
         var counters = rules.counters
-        counters.redisErrors = redisErrors
-        counters.consumersRemoved = consumersRemoved
+        counters.redisErrors = channels.reduce(0) { $0 + $1.redisErrors }
+        counters.consumersRemoved = channels.reduce(0) { $0 + $1.consumersRemoved }
         return counters
     }
-    private var redisErrors = 0
+
+    /// What this loop did per queue, in `configuration.queues` order.
+    public var queueCounters: [WorkerCounters] {
+        var all = rules.queueCounters
+        for index in all.indices {
+            all[index].redisErrors = channels[index].redisErrors
+            all[index].consumersRemoved = channels[index].consumersRemoved
+        }
+        return all
+    }
+
     /// Called once when the worker has stopped (drained, or timed out draining).
     public var onStopped: (() -> Void)?
 
-    // Redis: one connection for blocking reads, one for everything else.
-    private var reader: RedisConnection?
-    private var writer: RedisConnection?
-    private var redisFailures = 0
-    private var reconnectTimer: EventLoop.TimerID?
-    private var readInFlight = false
-    private var recoveringPending = true
-    private var pendingCursor = "0"
-    private var groupReady = false
-    private var pauseTimer: EventLoop.TimerID?
-    private var pauseFailures = 0
     private var retryTimer: EventLoop.TimerID?
     private var claimTimer: EventLoop.TimerID?
-    private var claimCursor = "0-0"
-    private var claimInFlight = false
-    private var batchScheduled = false
-    /// Commands Redis refused in a row (NOPERM, WRONGTYPE …): reads and group creation wait
-    /// longer each time instead of asking again at once.
-    private var refusals = 0
-    private var refusalTimer: EventLoop.TimerID?
-    /// NOPERM answers already logged at error level (one line per missing permission).
-    private var permissionsLogged: Set<String> = []
     private var idleConsumerTimer: EventLoop.TimerID?
-    /// Consumers removed because they were idle and owned nothing (`--idle-consumer-timeout`).
-    public private(set) var consumersRemoved = 0
+    private var pauseTimer: EventLoop.TimerID?
+    private var pauseFailures = 0
+    private var batchScheduled = false
+    /// The queue offered the next read first: turns rotate so none is always served last.
+    private var nextReadQueue = 0
     private var random = SystemRandomNumberGenerator()
     /// Read once: the per-notification path tests a Bool, not the logger.
     private lazy var traceNotifications = logger.logLevel <= .trace
@@ -90,17 +95,26 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     public init(loop: EventLoop, configuration: WorkerConfiguration, apps: [WorkerApp], redis: RedisEndpoint,
                 time: TimeSource = .system, logger: Logger) {
         precondition(!apps.isEmpty, "a worker needs at least one app")
+        precondition(!configuration.queues.isEmpty, "a worker needs at least one queue")
         self.loop = loop
         self.configuration = configuration
         lanes = apps.map { AppLane(app: $0, queue: configuration.keys.queue) }
-        self.endpoint = redis
+        endpointForQueue = { _ in redis }
         self.time = time
         self.logger = logger
-        self.logger[metadataKey: "queue"] = "\(configuration.keys.queue)"
         self.logger[metadataKey: "consumer"] = "\(configuration.consumer)"
+        if configuration.queues.count == 1 {
+            self.logger[metadataKey: "queue"] = "\(configuration.keys.queue)"
+        }
+        channels = configuration.queues.enumerated().map { index, keys in
+            var channelLogger = logger
+            channelLogger[metadataKey: "consumer"] = "\(configuration.consumer)"
+            channelLogger[metadataKey: "queue"] = "\(keys.queue)"
+            return QueueChannel(index: index, keys: keys, logger: channelLogger)
+        }
         var seed = SystemRandomNumberGenerator()
         rules = DeliveryRules(policy: DeliveryPolicy(configuration),
-                              apps: lanes.map { ($0.name, $0.defaults) }, seed: seed.next())
+                              apps: lanes.map { ($0.name, $0.defaults) }, queues: configuration.queues.map(\.queue), seed: seed.next())
         for lane in lanes { lane.pool.delegate = self }
     }
 
@@ -110,7 +124,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     public func start() {
         phase = .running
         for lane in lanes { lane.pool.start() }
-        connectRedis()
+        for channel in channels { connectRedis(channel) }
         scheduleRetryPromotion()
         scheduleClaim()
         scheduleIdleConsumerRemoval()
@@ -124,8 +138,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         logger.info("draining", metadata: ["in_flight": "\(inFlight)", "queued": "\(rules.queuedTokens)"])
         if let retryTimer { loop.cancel(retryTimer) }
         if let claimTimer { loop.cancel(claimTimer) }
-        if let pauseTimer { loop.cancel(pauseTimer) }
         if let idleConsumerTimer { loop.cancel(idleConsumerTimer) }
+        if let pauseTimer { loop.cancel(pauseTimer) }
         let handedBack = rules.drain(now: wallNow())
         if handedBack > 0 { logger.info("handed back unsent notifications", metadata: ["count": "\(handedBack)"]) }
         scheduleBatch()
@@ -149,29 +163,37 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         guard phase != .stopped else { return }
         phase = .stopped
         if let drainTimer { loop.cancel(drainTimer) }
-        if let reconnectTimer { loop.cancel(reconnectTimer) }
         for lane in lanes { lane.pool.stop() }
-        reader?.delegate = nil
-        writer?.delegate = nil
-        reader?.close()
-        writer?.close()
+        for channel in channels { channel.close(loop: loop) }
         logger.info("stopped", metadata: ["accepted": "\(rules.counters.accepted)", "jobs_finished": "\(rules.counters.jobsFinished)"])
         onStopped?()
     }
 
-    /// Redis reachable, the group in place, reading (not starting, draining or stopped, and Redis
-    /// not refusing the reads: NOPERM, LOADING, WRONGTYPE).
+    /// Redis reachable for every queue, every group in place, reading (not starting, draining or
+    /// stopped, and Redis not refusing a queue's reads: NOPERM, WRONGTYPE).
     public var isReady: Bool {
-        phase == .running && groupReady && (writer?.isReady ?? false) && haltedApps.isEmpty && refusals == 0
+        phase == .running && channels.allSatisfy(\.isReady) && haltedApps.isEmpty
+    }
+
+    /// Queues whose Redis connection or consumer group is not ready, or whose reads Redis
+    /// refuses (for /readyz's reason).
+    public var unreadyQueues: [String] {
+        channels.filter { !$0.isReady }.map(\.keys.queue)
     }
 
     /// Apps whose credentials APNs refused (their pools probe again by themselves).
     public var haltedApps: [String] { lanes.filter { $0.stoppedReason != nil }.map(\.name) }
 
-    /// Reads the queue's depth, pending entries, lag and the sizes of the other keys (one pipeline).
+    /// Reads the first queue's depth, pending entries, lag and the sizes of the other keys (one pipeline).
     public func sampleQueue(_ completion: @escaping (QueueSample?) -> Void) {
-        guard let writer, writer.isReady else { completion(nil); return }
-        let keys = configuration.keys
+        sampleQueue(0, completion)
+    }
+
+    /// Reads queue `index`'s depth, pending entries, lag and the sizes of its other keys (one
+    /// pipeline on that queue's connection).
+    public func sampleQueue(_ index: Int, _ completion: @escaping (QueueSample?) -> Void) {
+        guard let writer = channels[index].writer, writer.isReady else { completion(nil); return }
+        let keys = channels[index].keys
         var sample = QueueSample()
         writer.send(["XLEN", keys.jobs]) { result in sample.depth = Int(result.integerValue ?? 0) }
         writer.send(["XINFO", "GROUPS", keys.jobs]) { result in
@@ -200,122 +222,147 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         return wallClock
     }
 
-    // MARK: Redis connections
+    // MARK: Redis connections (per queue)
 
-    private func connectRedis() {
-        reconnectTimer = nil
+    private func connectRedis(_ channel: QueueChannel) {
+        channel.reconnectTimer = nil
+        // The new connections create the group (and replay) themselves once ready.
+        if let groupRetry = channel.groupRetry { loop.cancel(groupRetry) }
+        channel.groupRetry = nil
         guard phase == .running || phase == .draining else { return }
+        let endpoint = endpointForQueue(channel.keys)
+        channel.endpoint = endpoint
         let reader = RedisConnection(loop: loop, endpoint: endpoint)
         let writer = RedisConnection(loop: loop, endpoint: endpoint)
         reader.delegate = self
         writer.delegate = self
-        self.reader = reader
-        self.writer = writer
-        readInFlight = false
-        claimInFlight = false
-        groupReady = false
+        channel.reader = reader
+        channel.writer = writer
+        channel.readInFlight = false
+        channel.claimInFlight = false
+        channel.groupReady = false
         reader.connect()
         writer.connect()
     }
 
+    /// The channel a connection belongs to (a handful of queues: a scan is cheaper than a table).
+    private func channel(of connection: RedisConnection) -> QueueChannel? {
+        channels.first { $0.reader === connection || $0.writer === connection }
+    }
+
     public func redisConnectionIsReady(_ connection: RedisConnection) {
-        guard let reader, let writer, reader.isReady, writer.isReady else { return }
-        if redisFailures > 0 { logger.info("Redis connection restored", metadata: ["redis": "\(endpoint)"]) }
-        redisFailures = 0
-        ensureGroup(replayingUnconfirmed: true)
+        guard let channel = channel(of: connection), let reader = channel.reader, let writer = channel.writer,
+              reader.isReady, writer.isReady else { return }
+        if channel.failures > 0 {
+            channel.logger.info("Redis connection restored", metadata: ["redis": "\(channel.endpoint.map { "\($0)" } ?? "")"])
+        }
+        channel.failures = 0
+        ensureGroup(channel, replayingUnconfirmed: true)
     }
 
     public func redisConnectionClosed(_ connection: RedisConnection, error: RedisError) {
-        guard connection === reader || connection === writer else { return }
-        redisErrors += 1
+        guard let channel = channel(of: connection) else { return }
+        channel.redisErrors += 1
         // Both go: the pair is replaced together.
-        let other = connection === reader ? writer : reader
-        reader = nil
-        writer = nil
+        let other = connection === channel.reader ? channel.writer : channel.reader
+        channel.reader = nil
+        channel.writer = nil
         other?.delegate = nil
         other?.close()
-        readInFlight = false
-        claimInFlight = false
+        channel.readInFlight = false
+        channel.claimInFlight = false
         guard phase == .running || phase == .draining else { return }
-        redisFailures += 1
-        let delay = Backoff.reconnect.delayMilliseconds(afterFailures: redisFailures, using: &random)
+        channel.failures += 1
+        let failures = channel.failures
+        let delay = Backoff.reconnect.delayMilliseconds(afterFailures: failures, using: &random)
         // One clear line when Redis goes away; the retries after it say the same, so they go to debug
         // (with a reminder every tenth) instead of filling the log every few seconds.
-        if redisFailures == 1 {
-            logger.warning("Redis connection down", metadata: ["error": "\(error)", "reconnect_ms": "\(delay)"])
-        } else if redisFailures % 10 == 0 {
-            logger.warning("Redis still unreachable", metadata: ["error": "\(error)", "failures": "\(redisFailures)", "reconnect_ms": "\(delay)"])
+        if failures == 1 {
+            channel.logger.warning("Redis connection down", metadata: ["error": "\(error)", "reconnect_ms": "\(delay)"])
+        } else if failures % 10 == 0 {
+            channel.logger.warning("Redis still unreachable", metadata: ["error": "\(error)", "failures": "\(failures)", "reconnect_ms": "\(delay)"])
         } else {
-            logger.debug("Redis connection attempt failed", metadata: ["error": "\(error)", "failures": "\(redisFailures)", "reconnect_ms": "\(delay)"])
+            channel.logger.debug("Redis connection attempt failed", metadata: ["error": "\(error)", "failures": "\(failures)", "reconnect_ms": "\(delay)"])
         }
-        reconnectTimer = loop.schedule(afterMilliseconds: delay) { [weak self] in self?.connectRedis() }
+        channel.reconnectTimer = loop.schedule(afterMilliseconds: delay) { [weak self, weak channel] in
+            guard let self, let channel else { return }
+            self.connectRedis(channel)
+        }
     }
 
-    /// Creates the group if missing; then, after a reconnect, writes again the outcomes Redis never
-    /// confirmed, before the first read (their entries stay held, so re-reading our pending list
-    /// cannot send them again).
-    private func ensureGroup(replayingUnconfirmed: Bool = false) {
-        let keys = configuration.keys
-        writer?.send(["XGROUP", "CREATE", keys.jobs, keys.group, "0", "MKSTREAM"]) { [weak self] result in
-            guard let self else { return }
+    /// Creates the queue's group if missing; then, after a reconnect, writes again the queue's
+    /// outcomes Redis never confirmed, before the first read (their entries stay held, so
+    /// re-reading our pending list cannot send them again).
+    private func ensureGroup(_ channel: QueueChannel, replayingUnconfirmed: Bool = false) {
+        let keys = channel.keys
+        channel.writer?.send(["XGROUP", "CREATE", keys.jobs, keys.group, "0", "MKSTREAM"]) { [weak self, weak channel] result in
+            guard let self, let channel else { return }
             switch result {
             case .success(.error(let message)) where !message.hasPrefix("BUSYGROUP"):
-                // Reading without the group would only answer NOGROUP and ask to create it again:
-                // try again later, longer each time.
-                self.logger.error("cannot create the consumer group", metadata: ["error": "\(message)"].merging(self.advice(for: message)) { a, _ in a })
-                self.redisErrors += 1
-                self.afterRefusal { $0.ensureGroup(replayingUnconfirmed: replayingUnconfirmed) }
+                // Reading without the group would only answer NOGROUP and ask to create it again,
+                // at once: try again later, longer each time (NOPERM, LOADING, a key of another type).
+                channel.logger.error("cannot create the consumer group",
+                                     metadata: ["error": "\(message)"].merging(QueueWorker.advice(for: message)) { a, _ in a })
+                channel.redisErrors += 1
+                self.retryGroup(channel, replayingUnconfirmed: replayingUnconfirmed)
                 return
             case .failure:
                 return
             default:
                 break
             }
-            self.groupReady = true
+            channel.groupFailures = 0
+            channel.groupReady = true
             if replayingUnconfirmed {
-                for batch in self.rules.redisReconnected() { self.write(batch) }
+                for batch in self.rules.redisReconnected(queue: channel.index) { self.write(batch) }
             }
-            self.recoveringPending = true
-            self.pendingCursor = "0"
+            channel.recoveringPending = true
+            channel.pendingCursor = "0"
             self.maybeRead()
         }
     }
 
-    private func handleRedisError(_ message: String) {
-        redisErrors += 1
-        if message.hasPrefix("NOGROUP") {
-            // Redis lost the stream or group (restart without data): recreate it and go on.
-            logger.warning("consumer group missing; recreating it", metadata: ["error": "\(message)"])
-            groupReady = false
-            ensureGroup()
-        } else if message.hasPrefix("NOPERM") {
-            // The same missing permission fails every retry: one line at error level, then debug.
-            if permissionsLogged.count < 64 && permissionsLogged.insert(message).inserted {
-                logger.error("Redis refused a command for lack of permission", metadata: ["error": "\(message)"].merging(advice(for: message)) { a, _ in a })
-            } else {
-                logger.debug("Redis refused a command for lack of permission", metadata: ["error": "\(message)"])
-            }
-        } else {
-            logger.error("Redis error", metadata: ["error": "\(message)"])
+    /// Creates the group again after 1 s, doubling up to a minute while Redis keeps refusing.
+    private func retryGroup(_ channel: QueueChannel, replayingUnconfirmed: Bool) {
+        guard channel.groupRetry == nil else { return }
+        channel.groupFailures += 1
+        let delay = Backoff.reconnect.delayMilliseconds(afterFailures: channel.groupFailures, using: &random)
+        channel.groupRetry = loop.schedule(afterMilliseconds: delay) { [weak self, weak channel] in
+            guard let self, let channel else { return }
+            channel.groupRetry = nil
+            guard self.phase == .running || self.phase == .draining else { return }
+            self.ensureGroup(channel, replayingUnconfirmed: replayingUnconfirmed)
         }
     }
 
-    /// What to do about a refusal, for its log line.
-    private func advice(for message: String) -> Logger.Metadata {
+    /// What to do about a refusal, for its log line: a missing ACL right names where the users are
+    /// documented.
+    static func advice(for message: String) -> Logger.Metadata {
         guard message.hasPrefix("NOPERM") else { return [:] }
         return ["fix": "give the worker's Redis ACL user the permission (docs/operations.md, \"Redis ACL users\"); the worker retries with a backoff"]
     }
 
-    /// Runs `action` after a backoff that grows with each refusal in a row (1 s up to 60 s), so a
-    /// command Redis keeps refusing is not sent again in a tight loop.
-    private func afterRefusal(_ action: @escaping (QueueWorker) -> Void) {
-        refusals += 1
-        if let refusalTimer { loop.cancel(refusalTimer) }
-        let delay = Backoff.reconnect.delayMilliseconds(afterFailures: refusals, using: &random)
-        refusalTimer = loop.schedule(afterMilliseconds: delay) { [weak self] in
-            guard let self else { return }
-            self.refusalTimer = nil
-            action(self)
+    private func handleRedisError(_ message: String, channel: QueueChannel) {
+        channel.redisErrors += 1
+        if message.hasPrefix("NOGROUP") {
+            // Redis lost the stream or group (restart without data): recreate it and go on.
+            channel.logger.warning("consumer group missing; recreating it", metadata: ["error": "\(message)"])
+            channel.groupReady = false
+            ensureGroup(channel)
+        } else if message == channel.lastError && channel.errorRepeats % 100 != 99 {
+            // The same error again (a key of the wrong type, a missing permission): one line,
+            // then one per hundred repeats, not one per retry-promotion tick.
+            channel.errorRepeats += 1
+            channel.logger.debug("Redis error again", metadata: ["error": "\(message)", "repeats": "\(channel.errorRepeats)"])
+        } else {
+            channel.errorRepeats = message == channel.lastError ? channel.errorRepeats + 1 : 0
+            channel.lastError = message
+            if message.hasPrefix("NOPERM") {
+                channel.logger.error("Redis refused a command for lack of permission",
+                                     metadata: ["error": "\(message)", "queue_keys": "\(channel.keys.jobs)"].merging(QueueWorker.advice(for: message)) { a, _ in a })
+            } else {
+                channel.logger.error("Redis error", metadata: ["error": "\(message)", "queue_keys": "\(channel.keys.jobs)"])
+            }
         }
     }
 
@@ -324,25 +371,26 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     /// Notifications in flight on every app's connections.
     public var inFlight: Int { lanes.reduce(0) { $0 + $1.pool.inFlight } }
 
-    private func readCapacity() -> Int {
+    /// Entries the worker may take in now, over every queue: the sending apps' free stream slots
+    /// plus the read-ahead, minus what already waits for a slot.
+    private func readBudget() -> Int {
         var free = 0
         for lane in lanes where lane.stoppedReason == nil { free += lane.pool.freeSlots }
-        // A byte budget per read: fewer entries when entries are big (the estimate follows the
-        // replies; the reply reader bounds any single reply whatever this guess).
-        let byBytes = max(1, QueueWorker.readByteBudget / max(1, entryBytesEstimate))
-        return min(configuration.batch, byBytes, free + configuration.readAhead - rules.queuedTokens)
+        return free + configuration.readAhead - rules.queuedTokens
+    }
+
+    /// How many entries one read (or claim) of `channel` asks for: its fair share of the budget
+    /// (the budget split evenly among the queues that can read), at most `--batch`, and a byte
+    /// budget per read: fewer entries when entries are big (the estimate follows the replies; the
+    /// reply reader bounds any single reply whatever this guess).
+    private func readCount(_ channel: QueueChannel, budget: Int, sharers: Int) -> Int {
+        let share = sharers > 1 ? max(1, budget / sharers) : max(1, budget)
+        let byBytes = max(1, QueueWorker.readByteBudget / max(1, channel.entryBytesEstimate))
+        return min(configuration.batch, byBytes, share)
     }
 
     /// Bytes one XREADGROUP reply should hold, about.
     static let readByteBudget = 4 << 20
-    private var entryBytesEstimate = 512
-
-    /// Updates the bytes-per-entry estimate from one reply: up at once, down slowly.
-    private func noteReply(bytes: Int, entries: Int) {
-        guard entries > 0 else { return }
-        let average = bytes / entries
-        entryBytesEstimate = average > entryBytesEstimate ? average : (entryBytesEstimate * 7 + average) / 8
-    }
 
     /// Most of the sending apps' connections are down (e.g. a 503 storm).
     private var mostConnectionsDown: Bool {
@@ -355,58 +403,92 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         return ready * 2 < configured && free == 0
     }
 
+    /// Offers every queue that can read a read of its share, starting with a different queue each
+    /// time. The budget is shared among the queues whose last read brought entries (an idle queue
+    /// still has its blocking read out, for up to a share, so it is served as soon as jobs
+    /// arrive, without thinning the busy queues' reads). With one queue this is one read of the
+    /// whole budget, as before queues were several.
     private func maybeRead() {
-        guard phase == .running, stoppedSendingReason == nil, groupReady, !readInFlight, refusalTimer == nil,
-              let reader, reader.isReady else { return }
+        guard phase == .running, stoppedSendingReason == nil,
+              channels.contains(where: { $0.canRead && !$0.readInFlight }) else { return }
         if mostConnectionsDown {
             pauseReading()
             return
         }
-        let count = readCapacity()
-        guard count > 0 else { return }
-        readInFlight = true
-        let keys = configuration.keys
-        let id = recoveringPending ? pendingCursor : ">"
+        let budget = readBudget()
+        guard budget > 0 else { return }
+        let count = channels.count
+        var sharers = 0
+        for channel in channels where channel.canRead && channel.active { sharers += 1 }
+        let first = nextReadQueue
+        nextReadQueue = count > 1 ? (first + 1) % count : 0
+        for step in 0..<count {
+            let channel = channels[(first + step) % count]
+            guard channel.canRead, !channel.readInFlight else { continue }
+            read(channel, count: readCount(channel, budget: budget, sharers: sharers))
+        }
+    }
+
+    /// One XREADGROUP of `count` entries on `channel`'s reader (its pending list first).
+    private func read(_ channel: QueueChannel, count: Int) {
+        guard let reader = channel.reader else { return }
+        channel.readInFlight = true
+        let keys = channel.keys
+        let id = channel.recoveringPending ? channel.pendingCursor : ">"
         var arguments: [String] = ["XREADGROUP", "GROUP", keys.group, configuration.consumer, "COUNT", String(count)]
-        if !recoveringPending { arguments += ["BLOCK", String(configuration.blockMilliseconds)] }
+        if !channel.recoveringPending { arguments += ["BLOCK", String(configuration.blockMilliseconds)] }
         arguments += ["STREAMS", keys.jobs, id]
         // The batch is read straight from the connection's reply tape: no RedisReply tree per entry.
-        reader.sendRaw(arguments) { [weak self] result in
-            guard let self else { return }
-            self.readInFlight = false
+        reader.sendRaw(arguments) { [weak self, weak channel] result in
+            guard let self, let channel else { return }
+            channel.readInFlight = false
             switch result.map({ tape in
                 let read = RedisReplyReader.readEntries(tape: tape)
-                if case .success(let entries) = read { self.noteReply(bytes: tape.byteCount, entries: entries.count) }
+                if case .success(let entries) = read { channel.noteReply(bytes: tape.byteCount, entries: entries.count) }
                 return read
             }) {
             case .failure:
                 return
             case .success(.failure(let error)):
                 if case .server(let message) = error {
-                    self.handleRedisError(message)
-                    // NOGROUP recreates the group, which reads again; anything else waits.
-                    if !message.hasPrefix("NOGROUP") { self.afterRefusal { $0.maybeRead() } }
-                    return
+                    self.handleRedisError(message, channel: channel)
+                    if message.hasPrefix("NOGROUP") { break }  // recreated; read again at once
                 }
+                // WRONGTYPE, NOPERM, an unreadable reply: this queue waits, longer each time,
+                // instead of asking again at once; the other queues read on.
+                self.pauseReads(channel)
             case .success(.success(let read)):
-                self.refusals = 0
+                channel.readFailures = 0
+                channel.active = !read.isEmpty
                 let (entries, deferredAfter) = QueueWorker.deferringOverBudget(read)
-                if self.recoveringPending {
+                if channel.recoveringPending {
                     if read.isEmpty {
-                        self.recoveringPending = false
+                        channel.recoveringPending = false
                     } else if let last = entries.last {
-                        self.pendingCursor = last.id.description
+                        channel.pendingCursor = last.id.description
                     }
                 }
                 if let deferredAfter {
                     // The reply outgrew its byte budget: the entries past it stay pending and are
                     // read again, fewer at a time (the estimate just grew), from the pending list.
-                    self.recoveringPending = true
-                    self.pendingCursor = deferredAfter.description
+                    channel.recoveringPending = true
+                    channel.pendingCursor = deferredAfter.description
                 }
-                self.take(entries, deliveries: nil)
+                self.take(entries, queue: channel.index, deliveries: nil)
             }
             self.maybeRead()
+        }
+    }
+
+    /// A read of `channel` failed: its next read waits 1 s, doubling up to a minute while the
+    /// failures go on.
+    private func pauseReads(_ channel: QueueChannel) {
+        guard channel.readPause == nil else { return }
+        channel.readFailures += 1
+        let delay = Backoff.reconnect.delayMilliseconds(afterFailures: channel.readFailures, using: &random)
+        channel.readPause = loop.schedule(afterMilliseconds: delay) { [weak self, weak channel] in
+            channel?.readPause = nil
+            self?.maybeRead()
         }
     }
 
@@ -436,8 +518,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     }
 
     /// Entries read or claimed go to the rules; then the pools get what they can take.
-    private func take(_ entries: [StreamRecord], deliveries: [StreamEntryID: Int]?) {
-        rules.entriesArrived(entries, deliveries: deliveries, now: wallNow())
+    private func take(_ entries: [StreamRecord], queue: Int, deliveries: [StreamEntryID: Int]?) {
+        rules.entriesArrived(entries, queue: queue, deliveries: deliveries, now: wallNow())
         scheduleBatch()
         pump()
     }
@@ -516,23 +598,25 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
 
     public func endOfTick() {
         batchScheduled = false
-        guard let batch = rules.takeBatch() else { return }
-        write(batch)
+        // One batch per queue that finished entries in this tick.
+        while let batch = rules.takeBatch() { write(batch) }
     }
 
-    /// One MULTI/EXEC per tick: the outcome writes of every entry finished in it, then XACK and XDEL.
-    /// Not confirmed (connection lost): the rules keep the batch, written again after reconnecting.
+    /// One MULTI/EXEC per queue and tick: the outcome writes of every entry of that queue finished
+    /// in it, then XACK and XDEL, on that queue's connection and keys. Not confirmed (connection
+    /// lost): the rules keep the batch, written again after the queue reconnects.
     private func write(_ batch: OutcomeBatch) {
-        guard let writer, writer.isReady, groupReady else { return }
-        batch.send(on: writer, keys: configuration.keys, maxLength: configuration.deadLetterMaxLength) { [weak self] result in
-            guard let self else { return }
+        let channel = channels[batch.queue]
+        guard let writer = channel.writer, writer.isReady, channel.groupReady else { return }
+        batch.send(on: writer, keys: channel.keys, maxLength: configuration.deadLetterMaxLength) { [weak self, weak channel] result in
+            guard let self, let channel else { return }
             switch result {
             case .success(.array(let replies)):
-                for reply in replies { if case .error(let message) = reply { self.handleRedisError(message) } }
+                for reply in replies { if case .error(let message) = reply { self.handleRedisError(message, channel: channel) } }
                 self.rules.confirmed(batch.sequence)
                 if self.phase == .draining { self.checkDrained() }
             case .success(.error(let message)):
-                self.handleRedisError(message)
+                self.handleRedisError(message, channel: channel)
             default:
                 break  // connection lost: written again after reconnecting
             }
@@ -541,30 +625,24 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
 
     // MARK: retries and reclaiming
 
+    /// Every queue's due retries move back into its stream, each with its own script call (the
+    /// script touches one queue's keys, which share a hash slot).
     private func scheduleRetryPromotion() {
         retryTimer = loop.schedule(afterMilliseconds: configuration.retryPollMilliseconds) { [weak self] in
             guard let self, self.phase == .running else { return }
-            if let writer = self.writer, writer.isReady {
-                let keys = self.configuration.keys
-                writer.send(["EVAL", QueueScripts.promoteDueRetries, "2", keys.retry, keys.jobs,
-                             String(self.time.nowMilliseconds()), "1000"]) { [weak self] result in
-                    if case .success(.error(let message)) = result { self?.handleRedisError(message) }
+            let now = String(self.time.nowMilliseconds())
+            for channel in self.channels {
+                guard let writer = channel.writer, writer.isReady else { continue }
+                let keys = channel.keys
+                writer.send(["EVAL", QueueScripts.promoteDueRetries, "2", keys.retry, keys.jobs, now, "1000"]) { [weak self, weak channel] result in
+                    if case .success(.error(let message)) = result, let channel { self?.handleRedisError(message, channel: channel) }
                 }
             }
             self.scheduleRetryPromotion()
         }
     }
 
-    private func scheduleClaim() {
-        let interval = max(500, configuration.claimIdleMilliseconds / 4)
-        claimTimer = loop.schedule(afterMilliseconds: interval) { [weak self] in
-            guard let self, self.phase == .running else { return }
-            self.claimIdle()
-            self.scheduleClaim()
-        }
-    }
-
-    /// Every quarter of `--idle-consumer-timeout` (at most every 5 minutes), removes the group's
+    /// Every quarter of `--idle-consumer-timeout` (at most every 5 minutes), removes each queue's
     /// consumers that own nothing and were idle that long: workers that were scaled down or
     /// replaced, which would otherwise pile up in XINFO CONSUMERS and `herald stats` forever.
     private func scheduleIdleConsumerRemoval() {
@@ -573,56 +651,70 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         let interval = min(300_000, max(250, timeout / 4))
         idleConsumerTimer = loop.schedule(afterMilliseconds: interval) { [weak self] in
             guard let self, self.phase == .running else { return }
-            self.removeIdleConsumers()
+            for channel in self.channels { self.removeIdleConsumers(channel) }
             self.scheduleIdleConsumerRemoval()
         }
     }
 
-    private func removeIdleConsumers() {
-        guard groupReady, let writer, writer.isReady else { return }
-        let keys = configuration.keys
+    /// One script call per queue (its keys share a hash slot): atomic, so a consumer that comes
+    /// back between the check and the removal keeps its pending entries.
+    private func removeIdleConsumers(_ channel: QueueChannel) {
+        guard channel.groupReady, let writer = channel.writer, writer.isReady else { return }
+        let keys = channel.keys
         writer.send(["EVAL", QueueScripts.removeIdleConsumers, "1", keys.jobs, keys.group, configuration.consumer,
-                     String(configuration.idleConsumerTimeoutMilliseconds)]) { [weak self] result in
-            guard let self else { return }
+                     String(configuration.idleConsumerTimeoutMilliseconds)]) { [weak self, weak channel] result in
+            guard let self, let channel else { return }
             switch result {
             case .success(.array(let names)) where !names.isEmpty:
-                self.consumersRemoved += names.count
-                self.logger.info("removed idle consumers that owned no pending entries",
-                                 metadata: ["consumers": "\(names.compactMap(\.string).joined(separator: ","))"])
+                channel.consumersRemoved += names.count
+                channel.logger.info("removed idle consumers that owned no pending entries",
+                                    metadata: ["consumers": "\(names.compactMap(\.string).joined(separator: ","))"])
             case .success(.error(let message)):
-                self.handleRedisError(message)
+                self.handleRedisError(message, channel: channel)
             default:
                 break
             }
         }
     }
 
-    /// XAUTOCLAIM entries other workers left idle (they crashed), then read their delivery counts.
-    private func claimIdle() {
-        guard stoppedSendingReason == nil, groupReady, !claimInFlight, let writer, writer.isReady else { return }
-        let count = readCapacity()
+    private func scheduleClaim() {
+        let interval = max(500, configuration.claimIdleMilliseconds / 4)
+        claimTimer = loop.schedule(afterMilliseconds: interval) { [weak self] in
+            guard let self, self.phase == .running else { return }
+            let budget = self.readBudget()
+            for channel in self.channels { self.claimIdle(channel, budget: budget) }
+            self.scheduleClaim()
+        }
+    }
+
+    /// XAUTOCLAIM entries other workers left idle in `channel`'s queue (they crashed), then read
+    /// their delivery counts. Each queue claims at most its share of the budget.
+    private func claimIdle(_ channel: QueueChannel, budget: Int) {
+        guard budget > 0, stoppedSendingReason == nil, channel.groupReady, !channel.claimInFlight,
+              let writer = channel.writer, writer.isReady else { return }
+        let count = readCount(channel, budget: budget, sharers: channels.count)
         guard count > 0 else { return }
-        claimInFlight = true
-        let keys = configuration.keys
+        channel.claimInFlight = true
+        let keys = channel.keys
         // Read from the tape like XREADGROUP's reply, so an outsized claimed value arrives cut and marked.
         writer.sendRaw(["XAUTOCLAIM", keys.jobs, keys.group, configuration.consumer, String(configuration.claimIdleMilliseconds),
-                        claimCursor, "COUNT", String(count)]) { [weak self] result in
-            guard let self else { return }
-            guard case .success(let tape) = result else { self.claimInFlight = false; return }
+                        channel.claimCursor, "COUNT", String(count)]) { [weak self, weak channel] result in
+            guard let self, let channel else { return }
+            guard case .success(let tape) = result else { channel.claimInFlight = false; return }
             if tape.nodes.first?.kind == .error {
-                self.claimInFlight = false
-                self.handleRedisError(tape.withBytes(of: 0) { String(decoding: $0, as: UTF8.self) })
+                channel.claimInFlight = false
+                self.handleRedisError(tape.withBytes(of: 0) { String(decoding: $0, as: UTF8.self) }, channel: channel)
                 return
             }
-            guard let (cursor, claimed) = RedisReplyReader.claimedEntries(tape: tape) else { self.claimInFlight = false; return }
-            self.claimCursor = cursor
-            let entries = claimed.filter { !self.rules.isHeld($0.id) }
-            guard let first = entries.first?.id, let last = entries.last?.id else { self.claimInFlight = false; return }
-            self.logger.info("reclaimed idle entries", metadata: ["count": "\(entries.count)"])
+            guard let (cursor, claimed) = RedisReplyReader.claimedEntries(tape: tape) else { channel.claimInFlight = false; return }
+            channel.claimCursor = cursor
+            let entries = claimed.filter { !self.rules.isHeld($0.id, queue: channel.index) }
+            guard let first = entries.first?.id, let last = entries.last?.id else { channel.claimInFlight = false; return }
+            channel.logger.info("reclaimed idle entries", metadata: ["count": "\(entries.count)"])
             writer.send(["XPENDING", keys.jobs, keys.group, first.description, last.description,
-                         String(entries.count * 2 + 16), self.configuration.consumer]) { [weak self] result in
-                guard let self else { return }
-                self.claimInFlight = false
+                         String(entries.count * 2 + 16), self.configuration.consumer]) { [weak self, weak channel] result in
+                guard let self, let channel else { return }
+                channel.claimInFlight = false
                 var deliveries: [StreamEntryID: Int] = [:]
                 if case .success(.array(let rows)) = result {
                     for row in rows {
@@ -631,9 +723,77 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                         deliveries[id] = Int(clamping: count)
                     }
                 }
-                self.take(entries, deliveries: deliveries)
+                self.take(entries, queue: channel.index, deliveries: deliveries)
             }
         }
+    }
+}
+
+/// One queue of a worker loop: its keys, its Redis connection pair (blocking reads on one,
+/// everything else on the other), its consumer-group state and cursors. Every command for the
+/// queue goes through these connections, and none names another queue's keys, so a queue can be
+/// moved to another Redis (a cluster node) by connecting its channel elsewhere. Loop-confined.
+final class QueueChannel {
+    /// Its position in the worker's queues: the queue index the rules keep per job.
+    let index: Int
+    let keys: QueueKeys
+    let logger: Logger
+    /// Where it is connected now (asked from `QueueWorker.endpointForQueue` at each connect).
+    var endpoint: RedisEndpoint?
+    var reader: RedisConnection?
+    var writer: RedisConnection?
+    var failures = 0
+    var redisErrors = 0
+    var reconnectTimer: EventLoop.TimerID?
+    var readInFlight = false
+    var recoveringPending = true
+    var pendingCursor = "0"
+    var groupReady = false
+    var claimCursor = "0-0"
+    var claimInFlight = false
+    /// Reads paused after a failed read (`QueueWorker.pauseReads`), and how many failed in a row.
+    var readPause: EventLoop.TimerID?
+    var readFailures = 0
+    /// Group creation retried after Redis refused it (`QueueWorker.retryGroup`), and how often in a row.
+    var groupRetry: EventLoop.TimerID?
+    var groupFailures = 0
+    /// Consumers removed as idle with nothing pending (`--idle-consumer-timeout`).
+    var consumersRemoved = 0
+    /// The last Redis error and how often it repeated since (to log a repeat once per hundred).
+    var lastError: String?
+    var errorRepeats = 0
+    /// Its last read brought entries (or it has not read yet): it shares the read budget.
+    var active = true
+    /// Bytes per entry of this queue's replies, about: up at once, down slowly.
+    var entryBytesEstimate = 512
+
+    init(index: Int, keys: QueueKeys, logger: Logger) {
+        self.index = index
+        self.keys = keys
+        self.logger = logger
+    }
+
+    /// Connected, the group in place: it may read.
+    var canRead: Bool { groupReady && readPause == nil && (reader?.isReady ?? false) }
+
+    /// Connected, the group in place, and Redis not refusing its reads (ready as /readyz means it).
+    var isReady: Bool { groupReady && readFailures == 0 && (writer?.isReady ?? false) }
+
+    /// Updates the bytes-per-entry estimate from one reply.
+    func noteReply(bytes: Int, entries: Int) {
+        guard entries > 0 else { return }
+        let average = bytes / entries
+        entryBytesEstimate = average > entryBytesEstimate ? average : (entryBytesEstimate * 7 + average) / 8
+    }
+
+    func close(loop: EventLoop) {
+        if let reconnectTimer { loop.cancel(reconnectTimer) }
+        if let readPause { loop.cancel(readPause) }
+        if let groupRetry { loop.cancel(groupRetry) }
+        reader?.delegate = nil
+        writer?.delegate = nil
+        reader?.close()
+        writer?.close()
     }
 }
 

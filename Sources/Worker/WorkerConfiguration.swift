@@ -2,7 +2,15 @@ import Queue
 
 /// How one worker loop reads its queue and when it gives up on a notification.
 public struct WorkerConfiguration: Sendable {
-    public var keys = QueueKeys()
+    /// The queues this loop reads (`--queue`, `--queues`, `--shards`), never empty. Each has its
+    /// own Redis connections, consumer group, cursors and timers' commands; their jobs share the
+    /// apps' pools, and reads are shared among them fairly.
+    public var queues: [QueueKeys] = [QueueKeys()]
+    /// The first queue (the only one in a single-queue worker); setting it makes it the only one.
+    public var keys: QueueKeys {
+        get { queues[0] }
+        set { queues = [newValue] }
+    }
     /// Unique per process and thread (e.g. `host-pid-thread`).
     public var consumer: String
     public var defaults = JobDefaults()

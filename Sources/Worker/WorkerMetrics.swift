@@ -9,14 +9,17 @@ import Transport
 /// The hot path only bumps plain integers and a local histogram on its loop; this publisher turns
 /// their growth since the last second into swift-metrics counter increments, sets gauges, merges
 /// histograms into the shared ones, stamps the loop's heartbeat and readiness, and (on loop 0)
-/// samples the queue's depth, pending entries, lag and the other streams. Loop-confined.
+/// samples each queue's depth, pending entries, lag and the other streams. Every queue-level
+/// series carries a `queue` label; a worker with several queues publishes one series per queue,
+/// their label sets made once at start (nothing is built per notification). Loop-confined.
 public final class WorkerMetrics {
     private let metrics: HeraldMetrics
     private let health: HealthState
     private let loopIndex: Int
     private let worker: QueueWorker
     private let app: String
-    private let queue: String
+    /// The worker's queues, in its order (the rules' queue indices).
+    private let queues: [String]
     private let samplesQueue: Bool
     private var timer: EventLoop.TimerID?
     private var tick = 0
@@ -24,7 +27,8 @@ public final class WorkerMetrics {
     private var nextSampleTick = 1
     static let sampleEveryTicks = 5
 
-    private var lastCounters = WorkerCounters()
+    /// Per queue, the counts at the last publication.
+    private var lastCounters: [WorkerCounters]
     /// What each app's pool had reported at the last publication.
     private var lastPools: [PoolReading]
 
@@ -47,15 +51,18 @@ public final class WorkerMetrics {
         self.loopIndex = loopIndex
         self.worker = worker
         self.app = worker.lanes.count == 1 ? worker.lanes[0].name : "all"
-        self.queue = worker.configuration.keys.queue
+        self.queues = worker.configuration.queues.map(\.queue)
         self.samplesQueue = loopIndex == 0
+        lastCounters = queues.map { _ in WorkerCounters() }
         lastPools = worker.lanes.map { _ in PoolReading() }
         for lane in worker.lanes {
             metrics.histograms.declare(name: "herald_apns_request_duration_seconds", labels: [("app", lane.name)],
                                        help: "Time from opening an HTTP/2 stream to APNs' answer.")
         }
-        metrics.histograms.declare(name: "herald_end_to_end_latency_seconds", labels: [("app", app), ("queue", queue)],
-                                   help: "Time from enqueue (stream entry id) to APNs accepting the notification.")
+        for queue in queues {
+            metrics.histograms.declare(name: "herald_end_to_end_latency_seconds", labels: [("app", app), ("queue", queue)],
+                                       help: "Time from enqueue (stream entry id) to APNs accepting the notification.")
+        }
         declareCounters()
     }
 
@@ -63,12 +70,14 @@ public final class WorkerMetrics {
     /// event: a series that appears only with its first increment hides that increment from
     /// `rate()` and `increase()`, and leaves the dashboard's panels and alerts without data.
     private func declareCounters() {
-        let outcome = [("app", app), ("queue", queue)]
-        for name in WorkerMetrics.outcomes { _ = counter("herald_notifications_total", outcome + [("outcome", name)]) }
-        let q = [("queue", queue)]
-        for name in ["herald_jobs_read_total", "herald_jobs_reclaimed_total", "herald_jobs_superseded_total",
-                     "herald_jobs_retried_total", "herald_redis_errors_total", "herald_consumers_removed_total"] {
-            _ = counter(name, q)
+        for queue in queues {
+            let outcome = [("app", app), ("queue", queue)]
+            for name in WorkerMetrics.outcomes { _ = counter("herald_notifications_total", outcome + [("outcome", name)]) }
+            let q = [("queue", queue)]
+            for name in ["herald_jobs_read_total", "herald_jobs_reclaimed_total", "herald_jobs_superseded_total",
+                         "herald_jobs_retried_total", "herald_redis_errors_total", "herald_consumers_removed_total"] {
+                _ = counter(name, q)
+            }
         }
         for lane in worker.lanes {
             for event in WorkerMetrics.connectionEvents { _ = counter("herald_connection_events_total", [("app", lane.name), ("event", event)]) }
@@ -119,8 +128,28 @@ public final class WorkerMetrics {
         health.beat(loop: loopIndex, now: now)
         health.setReady(loop: loopIndex, worker.isReady)
 
-        let counters = worker.counters
-        let previous = lastCounters
+        let all = worker.queueCounters
+        for (index, queue) in queues.enumerated() {
+            publishCounters(all[index], previous: lastCounters[index], queue: queue)
+        }
+        lastCounters = all
+
+        for (laneIndex, lane) in worker.lanes.enumerated() {
+            publishPool(lane, last: &lastPools[laneIndex])
+        }
+
+        tick += 1
+        if samplesQueue && tick >= nextSampleTick {
+            // Until Redis answers (the worker is starting or Redis is down) the next second tries
+            // again; then every fifth. Waiting five ticks after a refused first try left the queue
+            // gauges absent for the worker's first five seconds.
+            nextSampleTick = tick + 1
+            sampleQueues()
+        }
+    }
+
+    /// One queue's counter growth since the last publication.
+    private func publishCounters(_ counters: WorkerCounters, previous: WorkerCounters, queue: String) {
         let outcome = [("app", app), ("queue", queue)]
         add("herald_notifications_total", outcome + [("outcome", "accepted")], counters.accepted - previous.accepted)
         add("herald_notifications_total", outcome + [("outcome", "dead_token")], counters.deadTokens - previous.deadTokens)
@@ -141,20 +170,6 @@ public final class WorkerMetrics {
         }
         metrics.histograms.add(counters.endToEndLatency.subtracting(previous.endToEndLatency),
                                name: "herald_end_to_end_latency_seconds", labels: outcome)
-        lastCounters = counters
-
-        for (laneIndex, lane) in worker.lanes.enumerated() {
-            publishPool(lane, last: &lastPools[laneIndex])
-        }
-
-        tick += 1
-        if samplesQueue && tick >= nextSampleTick {
-            // Until Redis answers (the worker is starting or Redis is down) the next second tries
-            // again; then every fifth. Waiting five ticks after a refused first try left the queue
-            // gauges absent for the worker's first five seconds.
-            nextSampleTick = tick + 1
-            sampleQueue()
-        }
     }
 
     private func publishPool(_ lane: AppLane, last: inout PoolReading) {
@@ -202,11 +217,17 @@ public final class WorkerMetrics {
         }
     }
 
-    private func sampleQueue() {
-        worker.sampleQueue { [weak self] sample in
+    /// Samples every queue, each on its own connection; the first queue's answer sets when the
+    /// next sampling is due.
+    private func sampleQueues() {
+        for (index, queue) in queues.enumerated() { sampleQueue(index, queue) }
+    }
+
+    private func sampleQueue(_ index: Int, _ queue: String) {
+        worker.sampleQueue(index) { [weak self] sample in
             guard let self, let sample else { return }
-            self.nextSampleTick = self.tick + WorkerMetrics.sampleEveryTicks
-            let q = [("queue", self.queue)]
+            if index == 0 { self.nextSampleTick = self.tick + WorkerMetrics.sampleEveryTicks }
+            let q = [("queue", queue)]
             self.gauge("herald_queue_depth", q).record(sample.depth)
             self.gauge("herald_queue_pending", q).record(sample.pending)
             self.gauge("herald_consumer_lag", q).record(sample.lag)

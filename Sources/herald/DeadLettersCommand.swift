@@ -60,8 +60,17 @@ extension DeadLettersCommand {
         }
 
         func run() throws {
-            let keys = queueOptions.keys()
+            let queues = try queueOptions.queueKeys()
+            if json && queues.count > 1 { throw ValidationError("--json lists one queue at a time: give --queue NAME") }
             let redis = try queueOptions.blockingClient()
+            for (index, keys) in queues.enumerated() {
+                if queues.count > 1 { print((index > 0 ? "\n" : "") + "== \(keys.queue) (\(keys.dead))") }
+                try list(keys: keys, redis: redis)
+            }
+        }
+
+        /// One queue's dead letters (with several queues, `--limit` applies to each).
+        private func list(keys: QueueKeys, redis: BlockingRedisClient) throws {
             let tools = DeadLetterTools(redis: redis, keys: keys)
             let found = try tools.select(try selection.filter(), limit: limit)
             let total = try tools.count()
@@ -103,8 +112,13 @@ extension DeadLettersCommand {
         }
 
         func run() throws {
-            let keys = queueOptions.keys()
             let redis = try queueOptions.blockingClient()
+            for keys in try queueOptions.queueKeys() { try requeue(keys: keys, redis: redis) }
+        }
+
+        /// One queue's dead letters back to that queue's jobs stream (with several queues,
+        /// `--limit` applies to each).
+        private func requeue(keys: QueueKeys, redis: BlockingRedisClient) throws {
             let tools = DeadLetterTools(redis: redis, keys: keys)
             let report = DeadLetterReport(keys: keys, now: 0, showTokens: showTokens)
             // Streamed a hundred at a time: a requeue may cover the whole (million-entry) stream.
@@ -180,9 +194,14 @@ extension DeadLettersCommand {
         }
 
         func run() throws {
-            var filter = try selection.filter()
-            let keys = queueOptions.keys()
             let redis = try queueOptions.blockingClient()
+            for keys in try queueOptions.queueKeys() { try purge(keys: keys, redis: redis) }
+        }
+
+        /// One queue's purge; without --yes the first queue with matches stops the command before
+        /// anything is deleted.
+        private func purge(keys: QueueKeys, redis: BlockingRedisClient) throws {
+            var filter = try selection.filter()
             if let olderThan, let age = DurationText.milliseconds(olderThan) {
                 filter.failedBefore = try QueueInspector(redis: redis).redisTime() - age
             }

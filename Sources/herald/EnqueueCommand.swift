@@ -10,7 +10,10 @@ struct EnqueueCommand: ParsableCommand {
         abstract: "Add jobs to a queue, validated first (one, or --count N copies for trials).",
         discussion: """
             A job is one stream entry of flat fields; any Redis client can add one (see docs/job-format.md). \
-            This command checks the job first and says what is wrong instead of adding it.
+            This command checks the job first and says what is wrong instead of adding it. \
+            With --shards N each job goes to the shard QUEUE-K where K is the CRC-32 of its lowercase \
+            hex device token mod N (as producers compute it, docs/job-format.md); a fan-out job (--tokens) \
+            is split into one job per shard its tokens fall in.
             """)
 
     @OptionGroup var queueOptions: QueueOptions
@@ -51,22 +54,61 @@ struct EnqueueCommand: ParsableCommand {
         if id != nil && count > 1 {
             throw ValidationError("--id with --count would send one apns-id many times; leave --id out and Herald derives one per entry")
         }
-        let keys = queueOptions.keys()
+        if queueOptions.queues != nil || environmentValue("QUEUES") != nil {
+            throw ValidationError("herald enqueue adds to one queue (--queue) or to shards (--shards N), not to a --queues list")
+        }
+        let queues = try queueOptions.queueKeys()
+        let sharded = try (queueOptions.shards ?? intEnvironment("SHARDS")) != nil
+        let keys = queues[0]
         let endpoint = try queueOptions.endpoint()
         let loop = try EventLoop()
         let connection = RedisConnection(loop: loop, endpoint: endpoint)
-        let enqueue = Enqueuer(loop: loop, connection: connection, keys: keys, fields: fields, count: count,
+        // A fan-out job is split by shard: each shard's worker gets the tokens that hash to it.
+        let jobs = sharded ? EnqueueCommand.splitByShard(fields, shards: queues.count) : [fields]
+        let enqueue: Enqueuer
+        if jobs.count == 1 {
+            enqueue = Enqueuer(loop: loop, connection: connection, keys: keys, fields: jobs[0], count: count,
                                baseToken: token, distinctTokens: distinctTokens)
+        } else {
+            enqueue = Enqueuer(loop: loop, connection: connection, keys: keys, count: count * jobs.count) { index, _ in jobs[index % jobs.count] }
+        }
+        if sharded { enqueue.shards = queues }
         connection.delegate = enqueue
         connection.connect()
         let started = EventLoop.monotonicMilliseconds()
         loop.run()
         if let error = enqueue.error { throw ValidationError(error) }
         let elapsed = max(1, EventLoop.monotonicMilliseconds() - started)
-        if count == 1, let first = enqueue.firstID {
+        if sharded {
+            let counts = zip(queues, enqueue.addedPerShard).filter { $0.1 > 0 }.map { "\($0.0.queue) \($0.1)" }
+            if enqueue.added == 1, let first = enqueue.firstID {
+                print("\(first) \(counts.first?.split(separator: " ").first ?? "")")
+            } else {
+                print("enqueued \(enqueue.added) jobs to \(queues.count) shards in \(formatSeconds(Double(elapsed) / 1000)) s: \(counts.joined(separator: ", "))")
+            }
+        } else if count == 1, let first = enqueue.firstID {
             print(first)
         } else {
             print("enqueued \(enqueue.added) jobs to \(keys.jobs) in \(formatSeconds(Double(elapsed) / 1000)) s")
+        }
+    }
+
+    /// A job's fields once per shard its tokens fall in: a `tokens` fan-out becomes one job per
+    /// shard holding that shard's tokens (in their order); any other job stays whole.
+    static func splitByShard(_ fields: [(name: String, value: [UInt8])], shards: Int) -> [[(name: String, value: [UInt8])]] {
+        guard shards > 1, let position = fields.firstIndex(where: { $0.name == JobField.tokens }) else { return [fields] }
+        let tokens = fields[position].value.split(separator: UInt8(ascii: ",")).map { String(decoding: $0, as: UTF8.self).filter { $0 != " " } }
+        var byShard: [Int: [String]] = [:]
+        var order: [Int] = []
+        for token in tokens where !token.isEmpty {
+            let shard = QueueShards.shard(token: token, shards: shards)
+            if byShard[shard] == nil { order.append(shard) }
+            byShard[shard, default: []].append(token)
+        }
+        return order.map { shard in
+            var copy = fields
+            copy[position].value = Array(byShard[shard]!.joined(separator: ",").utf8)
+            return copy
         }
     }
 }

@@ -35,7 +35,7 @@ extension FeedbackCommand {
         }
 
         func run() throws {
-            let keys = queueOptions.keys()
+            let keys = try queueOptions.singleQueue(for: "feedback " + (Self.configuration.commandName ?? ""))
             let redis = try queueOptions.blockingClient()
             if follow { try redis.stopOnSignals() }
             let reader = FeedbackReader(redis: redis, keys: keys)

@@ -41,6 +41,8 @@ struct LoadGenCommand: ParsableCommand {
     @Option(name: .customLong("redis-password-file"), help: "A file holding the attached Redis' password (or env HERALD_REDIS_PASSWORD / HERALD_REDIS_PASSWORD_FILE); the workers get it in their environment.")
     var redisPasswordFile: String?
     @Option(help: "Queue name (must be empty).") var queue = "default"
+    @Option(help: "Drive N shard queues QUEUE-0 … QUEUE-(N-1) (each job to its token's shard, as herald enqueue --shards does; fan-out jobs stay whole in their first token's shard); the workers read them all and the report adds a row per queue. 1 to 256 (default: one queue).")
+    var shards: Int?
     @Option(name: .customLong("apns-host"), help: "Attach to this APNs emulator instead of starting one.") var apnsHost: String?
     @Option(name: .customLong("apns-port")) var apnsPort: Int?
     @Option(name: .customLong("ca-file"), help: "CA the workers trust for --apns-host.") var caFile: String?
@@ -75,6 +77,7 @@ struct LoadGenCommand: ParsableCommand {
         configuration.redisURL = redis
         if redis != nil { configuration.redisPassword = try RedisPassword.resolve(flagFile: redisPasswordFile, configFile: nil) }
         configuration.queue = queue
+        configuration.shards = shards
         configuration.apnsHost = apnsHost
         configuration.apnsPort = apnsPort
         configuration.caFile = caFile

@@ -1,4 +1,5 @@
 import ArgumentParser
+import HeraldConfig
 import Queue
 import Transport
 
@@ -19,8 +20,14 @@ struct QueueOptions: ParsableArguments {
     @Option(name: .customLong("redis-password-file"), help: "A file holding the Redis password (env HERALD_REDIS_PASSWORD_FILE; or HERALD_REDIS_PASSWORD holding the password itself). Wins over a password in the URL.")
     var redisPasswordFile: String?
 
-    @Option(help: "Queue name: keys are herald:{QUEUE}:jobs, :retry, :dead, :feedback (env HERALD_QUEUE; default default).")
+    @Option(help: "Queue name: keys are herald:{QUEUE}:jobs, :retry, :dead, :feedback (env HERALD_QUEUE; default default). With --shards, the shards' base name.")
     var queue: String?
+
+    @Option(help: "Several queues, comma-separated, e.g. a,b,c (env HERALD_QUEUES; default: --queue alone). Excludes --queue and --shards.")
+    var queues: String?
+
+    @Option(help: "Shard queues QUEUE-0 … QUEUE-(N-1), QUEUE being --queue; producers pick one by the device token's CRC-32 mod N, see docs/job-format.md (env HERALD_SHARDS; default: not sharded). 1 to 256.")
+    var shards: Int?
 
     /// The endpoint with its password from, highest first: --redis-password-file,
     /// HERALD_REDIS_PASSWORD_FILE, HERALD_REDIS_PASSWORD, the config file's `redis_password_file`
@@ -49,6 +56,39 @@ struct QueueOptions: ParsableArguments {
 
     func keys() -> QueueKeys {
         QueueKeys(queue: queue ?? environmentValue("QUEUE") ?? QueueKeys.defaultQueue)
+    }
+
+    /// Whether a flag or HERALD_* variable chooses the queues (--queue, --queues, --shards).
+    var selectsQueues: Bool {
+        queue != nil || queues != nil || shards != nil
+            || environmentValue("QUEUE") != nil || environmentValue("QUEUES") != nil || environmentValue("SHARDS") != nil
+    }
+
+    /// Every queue named by --queue, --queues or --shards (flags, then HERALD_QUEUE, HERALD_QUEUES,
+    /// HERALD_SHARDS; then `file`'s queue, queues and shards, taken together and only when neither
+    /// flags nor variables choose any), checked.
+    func queueKeys(file: ConfigFile? = nil) throws -> [QueueKeys] {
+        let selection: Result<[String], QueueSelectionError>
+        if selectsQueues || file == nil {
+            selection = QueueShards.resolve(queue: queue ?? environmentValue("QUEUE"), queues: queues ?? environmentValue("QUEUES"),
+                                            shards: try shards ?? intEnvironment("SHARDS"))
+        } else {
+            selection = QueueShards.resolve(queue: file?.queue, queues: file?.queues.map { $0.joined(separator: ",") },
+                                            shards: file?.shards)
+        }
+        switch selection {
+        case .success(let names): return names.map { QueueKeys(queue: $0) }
+        case .failure(let error): throw ValidationError(error.description)
+        }
+    }
+
+    /// For commands that work on one queue: an error naming the command when several are chosen.
+    func singleQueue(for command: String) throws -> QueueKeys {
+        let all = try queueKeys()
+        guard all.count == 1 else {
+            throw ValidationError("herald \(command) works on one queue at a time: give --queue NAME (one of \(all.map(\.queue).joined(separator: ", ")))")
+        }
+        return all[0]
     }
 }
 

@@ -10,7 +10,8 @@ struct StatsCommand: ParsableCommand {
             not yet acknowledged), lag (not yet delivered to any worker; "~" when Redis cannot count it \
             and Herald estimates depth - pending), the retry set's size and how many are due now, the \
             :dead and :feedback stream lengths, and each consumer with its pending count and idle time. \
-            Read-only. --all-queues finds every queue with SCAN MATCH herald:{*}:jobs.
+            Read-only. --queues a,b,c or --shards N (with --queue as the base name) show several queues \
+            with a total row; --all-queues finds every queue with SCAN MATCH herald:{*}:jobs.
             """)
 
     @OptionGroup var queueOptions: QueueOptions
@@ -19,14 +20,16 @@ struct StatsCommand: ParsableCommand {
     @Flag(help: "Print JSON for machines instead of tables.") var json = false
 
     func validate() throws {
-        if allQueues && queueOptions.queue != nil { throw ValidationError("--queue and --all-queues exclude each other") }
+        if allQueues && (queueOptions.queue != nil || queueOptions.queues != nil || queueOptions.shards != nil) {
+            throw ValidationError("--all-queues finds every queue itself: leave out --queue, --queues and --shards")
+        }
     }
 
     func run() throws {
         let endpoint = try queueOptions.endpoint()
         let redis = try BlockingRedisClient(endpoint: endpoint)
         let inspector = QueueInspector(redis: redis)
-        let names = allQueues ? try inspector.discoverQueues() : [queueOptions.keys().queue]
+        let names = allQueues ? try inspector.discoverQueues() : try queueOptions.queueKeys().map(\.queue)
         let stats = try names.map { try inspector.stats(keys: QueueKeys(queue: $0)) }
         if json {
             print(StatsCommand.json(stats, redis: endpoint.description).rendered())
@@ -51,8 +54,20 @@ struct StatsCommand: ParsableCommand {
                 group.map { String($0.consumers.count) } ?? "-",
             ]
         }
+        var allRows = rows
+        if stats.count > 1 {
+            // The total of several queues: sums, the oldest pending entry, the soonest retry.
+            let total = QueueStatsTotal(stats)
+            allRows.append([
+                "TOTAL", String(total.depth), total.anyGroup ? String(total.pending) : "-",
+                total.anyGroup ? (total.lagIsExact ? "" : "~") + String(total.lag) : "-",
+                total.oldestPendingAge.map(HumanTime.duration) ?? "-", String(total.retrySize), String(total.retryDue),
+                total.nextRetryAt.map { StatsCommand.nextRetry($0, now: total.sampledAt) } ?? "-",
+                String(total.deadLetters), String(total.feedback), total.anyGroup ? String(total.consumers) : "-",
+            ])
+        }
         var sections = [QueueToolOutput.table(
-            ["QUEUE", "DEPTH", "PENDING", "LAG", "OLDEST PENDING", "RETRY", "DUE", "NEXT RETRY", "DEAD", "FEEDBACK", "CONSUMERS"], rows)]
+            ["QUEUE", "DEPTH", "PENDING", "LAG", "OLDEST PENDING", "RETRY", "DUE", "NEXT RETRY", "DEAD", "FEEDBACK", "CONSUMERS"], allRows)]
         for queue in stats {
             guard let group = queue.group else {
                 sections.append("\(queue.keys.queue): no consumer group \"\(queue.keys.group)\" on \(queue.keys.jobs) yet (no worker has started on this queue)")
@@ -82,10 +97,19 @@ struct StatsCommand: ParsableCommand {
     }
 
     static func json(_ stats: [QueueStats], redis: String) -> ToolJSON {
-        .object([
+        let total = QueueStatsTotal(stats)
+        return .object([
             ("redis", .string(redis)),
             ("sampled_at", stats.first.map { .string(HumanTime.iso8601($0.sampledAt)) } ?? .null),
             ("queues", .array(stats.map(json))),
+            ("total", .object([
+                ("queues", .int(stats.count)),
+                ("depth", .int(total.depth)), ("pending", .int(total.pending)), ("lag", .int(total.lag)),
+                ("lag_exact", .bool(total.lagIsExact)), ("oldest_pending_age_ms", .optional(total.oldestPendingAge)),
+                ("retry_size", .int(total.retrySize)), ("retry_due", .int(total.retryDue)),
+                ("next_retry_at_ms", .optional(total.nextRetryAt)),
+                ("dead_letters", .int(total.deadLetters)), ("feedback", .int(total.feedback)), ("consumers", .int(total.consumers)),
+            ])),
         ])
     }
 
@@ -115,5 +139,36 @@ struct StatsCommand: ParsableCommand {
                          ("idle_ms", .integer(consumer.idle)), ("inactive_ms", .optional(consumer.inactive))])
             })),
         ])
+    }
+}
+
+/// Several queues' figures added up: `herald stats`' TOTAL row and `total` object. Queues without a
+/// consumer group add nothing to pending, lag or consumers (their depth counts).
+struct QueueStatsTotal {
+    var depth = 0, pending = 0, lag = 0, retrySize = 0, retryDue = 0, deadLetters = 0, feedback = 0, consumers = 0
+    var lagIsExact = true
+    /// Some queue has the consumer group (else pending, lag and consumers are unknown, not 0).
+    var anyGroup = false
+    var oldestPendingAge: Int64?
+    var nextRetryAt: Int64?
+    var sampledAt: Int64 = 0
+
+    init(_ stats: [QueueStats]) {
+        for queue in stats {
+            depth += queue.depth
+            retrySize += queue.retrySize
+            retryDue += queue.retryDue
+            deadLetters += queue.deadLetters
+            feedback += queue.feedback
+            sampledAt = max(sampledAt, queue.sampledAt)
+            if let next = queue.nextRetryAt { nextRetryAt = min(nextRetryAt ?? next, next) }
+            guard let group = queue.group else { continue }
+            anyGroup = true
+            pending += group.pending
+            lag += group.lag
+            lagIsExact = lagIsExact && group.lagIsExact
+            consumers += group.consumers.count
+            if let age = group.oldestPendingAge { oldestPendingAge = max(oldestPendingAge ?? age, age) }
+        }
     }
 }

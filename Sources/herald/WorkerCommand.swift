@@ -13,7 +13,8 @@ struct WorkerCommand: ParsableCommand {
         commandName: "worker",
         abstract: "Deliver the jobs of a Redis queue to APNs until SIGTERM or SIGINT.",
         discussion: """
-            Reads herald:{QUEUE}:jobs with the consumer group `herald`, sends over pooled HTTP/2 \
+            Reads herald:{QUEUE}:jobs with the consumer group `herald` (several queues with --queues \
+            or --shards, read fairly), sends over pooled HTTP/2 \
             connections, and writes every outcome back: accepted jobs are acknowledged, dead tokens \
             go to :feedback, undeliverable jobs to :dead with a reason, retries to :retry. \
             On SIGTERM it stops reading, finishes in-flight notifications within --drain-timeout, \
@@ -49,16 +50,15 @@ struct WorkerCommand: ParsableCommand {
                                     format: logFormat ?? environmentValue("LOG_FORMAT") ?? file?.logFormat)
         var queueSettings = queueOptions
         if queueSettings.redis == nil && environmentValue("REDIS") == nil { queueSettings.redis = file?.redis }
-        if queueSettings.queue == nil && environmentValue("QUEUE") == nil { queueSettings.queue = file?.queue }
         let endpoint = try queueSettings.endpoint(
             configPasswordFile: file?.redisPasswordFile,
             configTLS: file.map { RedisTLS(caFile: $0.redisCAFile, certificateFile: $0.redisCert, keyFile: $0.redisKey) })
-        let keys = queueSettings.keys()
+        let queues = try queueSettings.queueKeys(file: file)
         let apps = try resolveApps(file: file)
         let threadCount = try threads ?? intEnvironment("THREADS") ?? file?.threads ?? 1
         guard (1...64).contains(threadCount) else { throw ValidationError("--threads must be 1 to 64") }
         var base = WorkerConfiguration(consumer: "")
-        base.keys = keys
+        base.queues = queues
         base.batch = try batch ?? intEnvironment("BATCH") ?? file?.batch ?? base.batch
         let claimIdleSeconds = try claimIdle ?? intEnvironment("CLAIM_IDLE") ?? file?.claimIdle ?? 60
         guard (1...86_400).contains(claimIdleSeconds) else { throw ValidationError("--claim-idle must be 1 to 86400 seconds, not \(claimIdleSeconds)") }
@@ -161,7 +161,7 @@ struct WorkerCommand: ParsableCommand {
         }
         for app in apps {
             logger.info("worker started", metadata: [
-                "queue": "\(keys.queue)", "redis": "\(endpoint)", "app": "\(app.name)", "apns": "\(app.pool.host):\(app.pool.port)",
+                "queue": "\(queues.map(\.queue).joined(separator: ","))", "redis": "\(endpoint)", "app": "\(app.name)", "apns": "\(app.pool.host):\(app.pool.port)",
                 "auth": "\(app.credentials == nil ? "certificate" : "token")", "threads": "\(threadCount)",
                 "connections": "\(app.pool.connections)", "max_streams": "\(app.pool.maxStreams)",
             ])

@@ -57,6 +57,20 @@ extension IntegrationTests {
             #expect(throws: LoadGenError.self) { try LoadRun.entriesAdded(redis, key: "lg:text") }
         }
 
+        @Test func shardsAreDrivenAndReportedPerQueue() throws {
+            // Two workers read three shards; dead tokens land in their shard's :feedback and count.
+            let (report, _, output) = try loadgen(["--notifications", "6000", "--tokens", "600", "--shards", "3", "--workers", "2",
+                                                   "--unregistered-prefix", "ff", "--unregistered-share", "0.1"])
+            let outcomes = report["outcomes"] as? [String: Any]
+            #expect(int(outcomes, "lost") == 0 && int(outcomes, "duplicated") == 0, "\(output)")
+            #expect((int(outcomes, "dead_tokens") ?? 0) > 0, "dead tokens of every shard counted: \(output)")
+            let queues = try #require(report["queues"] as? [[String: Any]], "a row per queue: \(output)")
+            #expect(queues.compactMap { $0["queue"] as? String } == ["default-0", "default-1", "default-2"])
+            #expect(queues.compactMap { int($0, "notifications") }.reduce(0, +) == 6000, "\(queues)")
+            #expect(queues.allSatisfy { (int($0, "jobs") ?? 0) > 0 && double($0, "empty_after_seconds") != nil }, "\(queues)")
+            #expect(output.contains("per queue"), "\(output)")
+        }
+
         @Test func everyNotificationIsAcceptedExactlyOnceAndMeasured() throws {
             let (report, _, output) = try loadgen(["--notifications", "5000", "--tokens", "1000", "--workers", "1"])
             let outcomes = report["outcomes"] as? [String: Any]

@@ -123,6 +123,8 @@ final class QueueToolingHarness {
         var environment = ProcessInfo.processInfo.environment
         environment["HERALD_REDIS"] = server.url
         environment["HERALD_QUEUE"] = nil
+        environment["HERALD_QUEUES"] = nil
+        environment["HERALD_SHARDS"] = nil
         // A TLS server's CA and client certificate travel as the operator's HERALD_* variables.
         environment["HERALD_REDIS_CA_FILE"] = server.tls?.clientTLS.caFile
         environment["HERALD_REDIS_CERT"] = server.tls?.clientTLS.certificateFile

@@ -32,6 +32,30 @@ struct DeliveryRulesProperties {
         }
     }
 
+    /// The same with jobs from two or three queues: each outcome in its own queue's batch, held
+    /// entries and reconnect replays per queue, collapse ids compared within a queue, apns-ids
+    /// derived in the queue's namespace, and every queue's counts balanced.
+    @Test
+    func severalQueuesKeepTheRules() async {
+        await propertyCheck(count: 200, input: Gen.int(in: 2...3), Gen.int(in: 1...5), Gen.int(in: 0...3),
+                            Gen.uint64().array(of: 1...400)) { queues, maxAttempts, immediateRetries, steps in
+            let world = DeliveryWorld(maxAttempts: maxAttempts, immediateRetries: immediateRetries, maxDeliveries: 3,
+                                      seed: steps.first ?? 1, queues: queues)
+            for step in steps { world.step(step) }
+            world.settle()
+            #expect(world.violations.isEmpty, "\(world.violations.prefix(3).joined(separator: "\n"))")
+        }
+        for seed in UInt64(1)...15 {
+            var random = SplitMix64(seed: seed)
+            let world = DeliveryWorld(maxAttempts: Int(random.next() % 5) + 1, immediateRetries: Int(random.next() % 4),
+                                      maxDeliveries: Int(random.next() % 4) + 1, seed: seed, queues: Int(seed % 2) + 2)
+            for _ in 0..<3_000 { world.step(random.next()) }
+            world.settle()
+            #expect(world.violations.isEmpty, "seed \(seed): \(world.violations.prefix(3).joined(separator: "\n"))")
+            if !world.violations.isEmpty { break }
+        }
+    }
+
     /// The same with a seeded generator and long runs: thousands of events in one world, so
     /// collapse chains, halts and reconnects pile up as they do in a long-running worker.
     @Test

@@ -44,6 +44,8 @@ final class DeliveryWorld {
         let initialAttempts: Int
         let collapseID: String?
         let expiration: Int64?
+        /// The queue (index) it was read from.
+        let queue: Int
     }
 
     private(set) var entries: [StreamEntryID: Entry] = [:]
@@ -63,7 +65,11 @@ final class DeliveryWorld {
     private var finalized: Set<StreamEntryID> = []
     private var halted = [false, false]
 
-    init(maxAttempts: Int, immediateRetries: Int, maxDeliveries: Int, seed: UInt64) {
+    /// How many queues the world's jobs come from (`q0`, `q1`, … when more than one).
+    let queues: Int
+
+    init(maxAttempts: Int, immediateRetries: Int, maxDeliveries: Int, seed: UInt64, queues: Int = 1) {
+        self.queues = queues
         var policy = DeliveryPolicy()
         policy.maxAttempts = maxAttempts
         policy.immediateRetries = immediateRetries
@@ -71,7 +77,8 @@ final class DeliveryWorld {
         self.policy = policy
         var defaults = JobDefaults(bundleID: "com.example.app")
         defaults.apnsIDNamespace = "default"
-        rules = DeliveryRules(policy: policy, apps: DeliveryWorld.apps.map { ($0, defaults) }, seed: seed)
+        rules = DeliveryRules(policy: policy, apps: DeliveryWorld.apps.map { ($0, defaults) },
+                              queues: queues > 1 ? (0..<queues).map { "q\($0)" } : nil, seed: seed)
     }
 
     private func violation(_ text: String) {
@@ -108,7 +115,10 @@ final class DeliveryWorld {
 
     // MARK: entries in
 
-    private func makeEntry(_ random: inout SplitMix64, claimedDeliveries: Int?) -> Entry {
+    /// The apns-id namespace of a queue's jobs: its name.
+    private func namespace(_ queue: Int) -> String { queues > 1 ? "q\(queue)" : "default" }
+
+    private func makeEntry(_ random: inout SplitMix64, claimedDeliveries: Int?, queue: Int) -> Entry {
         nextSequence += 1
         let id = StreamEntryID(milliseconds: UInt64(now), sequence: nextSequence)
         var fields: [(name: String, value: [UInt8])] = []
@@ -138,14 +148,16 @@ final class DeliveryWorld {
         else if unknownApp { whole = "unknown_app" }
         else if malformed { whole = "missing_payload" }
         return Entry(id: id, fields: fields, tokens: tokens, invalidTokens: invalid, wholeReason: whole,
-                     initialAttempts: attempts, collapseID: collapseID, expiration: expiration)
+                     initialAttempts: attempts, collapseID: collapseID, expiration: expiration, queue: queue)
     }
 
     private func read(count: Int, claimedDeliveries: Int?, _ random: inout SplitMix64) {
         var records: [StreamRecord] = []
         var deliveries: [StreamEntryID: Int] = [:]
+        // One read is of one queue (a draw only with several, so one queue's runs stay as they were).
+        let queue = queues > 1 ? Int(random.next() % UInt64(queues)) : 0
         for _ in 0..<count {
-            let entry = makeEntry(&random, claimedDeliveries: claimedDeliveries)
+            let entry = makeEntry(&random, claimedDeliveries: claimedDeliveries, queue: queue)
             entries[entry.id] = entry
             entryOrder.append(entry.id)
             for token in entry.tokens {
@@ -155,8 +167,8 @@ final class DeliveryWorld {
             records.append(StreamRecord(id: entry.id, fields: entry.fields))
             if let claimedDeliveries { deliveries[entry.id] = claimedDeliveries }
         }
-        log.append("\(claimedDeliveries == nil ? "read" : "claim") \(records.map(\.id))")
-        rules.entriesArrived(records, deliveries: claimedDeliveries == nil ? nil : deliveries, now: now)
+        log.append("\(claimedDeliveries == nil ? "read" : "claim") q\(queue) \(records.map(\.id))")
+        rules.entriesArrived(records, queue: queue, deliveries: claimedDeliveries == nil ? nil : deliveries, now: now)
     }
 
     /// Re-reads the pending list (after a reconnect): every entry not yet acknowledged in Redis
@@ -165,7 +177,10 @@ final class DeliveryWorld {
         let pending = entryOrder.filter { outcomes[$0] == nil }.compactMap { entries[$0] }
         guard !pending.isEmpty else { return }
         let before = rules.counters
-        rules.entriesArrived(pending.map { StreamRecord(id: $0.id, fields: $0.fields) }, deliveries: nil, now: now)
+        for queue in 0..<queues {
+            rules.entriesArrived(pending.filter { $0.queue == queue }.map { StreamRecord(id: $0.id, fields: $0.fields) }, queue: queue,
+                                 deliveries: nil, now: now)
+        }
         if rules.counters.jobsRead != before.jobsRead || rules.counters.jobsFinished != before.jobsFinished {
             violation("re-reading the pending list took in held entries again: \(before.jobsRead) -> \(rules.counters.jobsRead) read")
         }
@@ -203,6 +218,9 @@ final class DeliveryWorld {
         }
         if send.attempts >= policy.maxAttempts { violation("sent \(key) with \(send.attempts) attempts spent (max \(policy.maxAttempts))") }
         if send.attempts != note.spent { violation("sent \(key) stating \(send.attempts) attempts; the world counts \(note.spent)") }
+        if send.notification.apnsIDBits != StableID.bits(namespace: namespace(entry.queue), origin: entry.id, token: token) {
+            violation("sent \(key) with an apns-id not derived in its queue's namespace \(namespace(entry.queue))")
+        }
         let expectedLane = entry.fields.contains { $0.name == "app" && $0.value == Array("second".utf8) } ? 1 : 0
         if lane != expectedLane { violation("sent \(key) on app \(lane), its job names app \(expectedLane)") }
         note.sends += 1
@@ -292,8 +310,11 @@ final class DeliveryWorld {
 
     private func tick() {
         guard let batch = rules.takeBatch() else { return }
-        log.append("tick batch \(batch.sequence) x\(batch.entries.count)")
+        log.append("tick batch \(batch.sequence) q\(batch.queue) x\(batch.entries.count)")
         for entry in batch.entries {
+            if let queue = entries[entry.entryID]?.queue, queue != batch.queue {
+                violation("entry \(entry.entryID) of queue \(queue) in a batch of queue \(batch.queue)")
+            }
             if finalized.contains(entry.entryID) { violation("entry \(entry.entryID) finished twice") }
             finalized.insert(entry.entryID)
             for lane in 0..<2 where inFlight[lane].contains(where: { $0.entryID == entry.entryID }) {
@@ -318,10 +339,10 @@ final class DeliveryWorld {
         for entry in batch.entries {
             if outcomes[entry.entryID] != nil { violation("entry \(entry.entryID) acknowledged twice") }
             outcomes[entry.entryID] = entry
-            if !rules.isHeld(entry.entryID) { violation("entry \(entry.entryID) released before its batch was confirmed") }
+            if !rules.isHeld(entry.entryID, queue: batch.queue) { violation("entry \(entry.entryID) released before its batch was confirmed") }
         }
         rules.confirmed(batch.sequence)
-        for entry in batch.entries where rules.isHeld(entry.entryID) {
+        for entry in batch.entries where rules.isHeld(entry.entryID, queue: batch.queue) {
             violation("entry \(entry.entryID) still held after its batch was confirmed")
         }
     }
@@ -337,7 +358,9 @@ final class DeliveryWorld {
         guard !connected else { return }
         log.append("redis back")
         connected = true
-        written = rules.redisReconnected()
+        // Each queue's connection comes back and replays that queue's unconfirmed batches.
+        written = (0..<queues).flatMap { rules.redisReconnected(queue: $0) }
+        if written.count != rules.unconfirmed.count { violation("reconnecting replays \(written.count) of \(rules.unconfirmed.count) unconfirmed batches") }
         rereadPending()
     }
 
@@ -402,7 +425,8 @@ final class DeliveryWorld {
         for token in entry.tokens where seen[token] == nil {
             // Neither accepted nor written: superseded, which needs a newer job for the same token and collapse id.
             guard let collapseID = entry.collapseID,
-                  entryOrder.contains(where: { $0 > entry.id && entries[$0]?.collapseID == collapseID && entries[$0]?.tokens.contains(token) == true })
+                  entryOrder.contains(where: { $0 > entry.id && entries[$0]?.queue == entry.queue && entries[$0]?.collapseID == collapseID
+                      && entries[$0]?.tokens.contains(token) == true })
             else {
                 let note = notes[DeliveryWorld.key(entry.id, token)]
                 violation("\(entry.id) token \(token.suffix(8)) has no outcome (not accepted, written, or superseded by a newer job): "
@@ -453,6 +477,13 @@ final class DeliveryWorld {
         }
         let acceptedNotes = notes.values.filter(\.accepted).count
         if counters.accepted != acceptedNotes { violation("accepted: rules count \(counters.accepted), APNs accepted \(acceptedNotes)") }
+        for queue in 0..<queues {
+            let accepted = notes.values.filter { $0.accepted && entries[$0.entry]?.queue == queue }.count
+            let counted = rules.queueCounters[queue].accepted
+            if counted != accepted { violation("queue \(queue) accepted: rules count \(counted), APNs accepted \(accepted)") }
+            let read = entryOrder.filter { entries[$0]?.queue == queue }.count
+            if rules.queueCounters[queue].jobsRead != read { violation("queue \(queue): \(read) entries, \(rules.queueCounters[queue].jobsRead) read") }
+        }
     }
 }
 

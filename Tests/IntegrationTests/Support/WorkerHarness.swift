@@ -185,7 +185,12 @@ final class InProcessWorker: @unchecked Sendable {
 
     /// Consumers this worker removed as idle (`--idle-consumer-timeout`).
     func consumersRemoved() async throws -> Int {
-        try await thread.submit { [self] in worker.consumersRemoved }
+        try await thread.submit { [self] in worker.counters.consumersRemoved }
+    }
+
+    /// The worker's counts per queue (`configuration.queues` order).
+    func queueCounters() async throws -> [WorkerCounters] {
+        try await thread.submit { [self] in worker.queueCounters }
     }
 
     /// Notifications in flight on the pool right now.
