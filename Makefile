@@ -10,6 +10,8 @@
 #   make bench-micro micro-benchmarks (Benchmarks/Package.swift, package-benchmark: time, mallocs)
 #   make fuzz        libFuzzer targets (Tests/Fuzz), FUZZ_SECONDS each (default 60); fails on a crash
 #   make sanitize    the unit and integration tests under AddressSanitizer (.build-asan)
+#   make alerts-test the Prometheus alert rules: promtool check and unit tests (Deploy/prometheus/alerts.test.yaml),
+#                    and Deploy/validate.py's static checks of the deployment files
 #   make clean       remove .build
 # Variables: SWIFT (default swift), BENCH_ARGS (extra arguments for bench-send and bench-compare),
 #   FUZZ_SECONDS (seconds per fuzz target), FUZZ_TARGETS (a subset, e.g. "FuzzJobDecoder").
@@ -24,14 +26,16 @@ BENCH_ARGS ?=
 # Debian packages: C libraries Herald links (nghttp2, OpenSSL, hiredis), the tools the
 # tests and benchmarks start (redis-server, h2load/nghttp, nghttpd, openssl) and
 # python3-cryptography for Benchmarks/tools/mint-jwt.py, python3-venv for the peer client's
-# virtualenv (Benchmarks/.venv, aioapns from PyPI).
+# virtualenv (Benchmarks/.venv, aioapns from PyPI), prometheus for promtool (the alert rules'
+# unit tests and `promtool check metrics` on a worker's scrape) and python3-yaml for
+# Deploy/validate.py.
 DEB_PACKAGES := libnghttp2-dev libssl-dev libhiredis-dev redis-server nghttp2-client \
-	nghttp2-server pkg-config openssl python3-cryptography python3-venv
+	nghttp2-server pkg-config openssl python3-cryptography python3-venv prometheus python3-yaml
 
 # sudo only when not root (CI and the dev machines run as root).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps build release demo test matrix bench-send bench-compare bench-micro fuzz sanitize clean
+.PHONY: deps build release demo test matrix bench-send bench-compare bench-micro fuzz sanitize alerts-test clean
 
 deps:
 	@missing=""; \
@@ -68,6 +72,13 @@ matrix: deps
 	rm -f .build/fault-matrix.txt
 	HERALD_MATRIX=full HERALD_MATRIX_REPORT=$(CURDIR)/.build/fault-matrix.txt $(SWIFT) test --skip-build --filter FaultMatrix
 	@echo "figures: .build/fault-matrix.txt"
+
+# The alert rules fire in the cases they are meant for and stay quiet in the others (promtool's
+# rule unit tests on synthetic series); swift test runs the same (AlertRuleTests).
+alerts-test: deps
+	promtool check rules Deploy/prometheus/alerts.yaml
+	promtool test rules Deploy/prometheus/alerts.test.yaml
+	python3 Deploy/validate.py
 
 bench-send: deps
 	bash Benchmarks/send-vs-h2load.sh $(BENCH_ARGS)

@@ -20,6 +20,12 @@ What it checks:
     (systemd, Kubernetes, compose) is longer than the drain timeout;
   - Kubernetes objects: probes, key Secret mode 0400, runAsNonRoot, KEDA trigger; and with
     kubernetes-validate (pip) when installed, the built-in kinds against their schemas;
+    `promtool test rules Deploy/prometheus/alerts.test.yaml` (every alert fires in its test case and
+    stays quiet in the other) when promtool is installed;
+  - docs/operations.md's metrics table lists exactly the metrics below, with their types;
+  - every dashboard query on a metric with an `app` or `queue` label follows the $app / $queue
+    variables, the variables read a metric that carries the real label, and (with promtool)
+    every dashboard query parses as PromQL;
   - with --metrics-url/--metrics-file: every metric below is exposed with its type, and the
     names the dashboard and alerts use are all there.
 Exits 1 when anything failed; the last line is "N passed, M failed".
@@ -44,6 +50,7 @@ DEPLOY = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(DEPLOY)
 OPERATIONS = os.path.join(ROOT, "docs", "operations.md")
 ALERTS = os.path.join(DEPLOY, "prometheus", "alerts.yaml")
+ALERT_TESTS = os.path.join(DEPLOY, "prometheus", "alerts.test.yaml")
 PROMETHEUSRULE = os.path.join(DEPLOY, "kubernetes", "prometheusrule.yaml")
 DASHBOARD = os.path.join(DEPLOY, "grafana", "herald-dashboard.json")
 DOCKERFILE = os.path.join(DEPLOY, "docker", "Dockerfile")
@@ -60,9 +67,9 @@ METRICS = {
     "herald_jobs_read_total": ("counter", {"queue"}),
     "herald_jobs_reclaimed_total": ("counter", {"queue"}),
     "herald_jobs_dead_lettered_total": ("counter", {"queue", "reason"}),
-    "herald_jobs_superseded_total": ("counter", {"queue"}),
-    "herald_jobs_retried_total": ("counter", {"queue"}),
+    "herald_jobs_unknown_fields_total": ("counter", {"queue"}),
     "herald_streams_in_flight": ("gauge", {"app"}),
+    "herald_notifications_queued": ("gauge", {"app"}),
     "herald_stream_slots_free": ("gauge", {"app"}),
     "herald_connections": ("gauge", {"app", "state"}),
     "herald_connection_events_total": ("counter", {"app", "event"}),
@@ -82,6 +89,13 @@ METRICS = {
     "herald_metrics_http_connections_shed_total": ("counter", set()),
     "herald_metrics_http_connections_timed_out_total": ("counter", set()),
     "herald_metrics_http_open_connections": ("gauge", set()),
+    # The standard process collector's names, as every Prometheus client library exports them.
+    "process_cpu_seconds_total": ("counter", set()),
+    "process_resident_memory_bytes": ("gauge", set()),
+    "process_virtual_memory_bytes": ("gauge", set()),
+    "process_open_fds": ("gauge", set()),
+    "process_max_fds": ("gauge", set()),
+    "process_start_time_seconds": ("gauge", set()),
 }
 # Label values Herald promises; a selector naming any other value would never match.
 LABEL_VALUES = {
@@ -93,7 +107,7 @@ LABEL_VALUES = {
 TARGET_LABELS = {"instance", "job", "pod", "namespace", "container", "service", "endpoint", "worker"}
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
-METRIC_NAME = re.compile(r"\bherald_[a-z0-9_]+")
+METRIC_NAME = re.compile(r"\b(?:herald|process)_[a-z0-9_]+")
 SELECTOR = re.compile(r"\b(herald_[a-z0-9_]+)\s*\{([^}]*)\}")
 MATCHER = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
 BY_CLAUSE = re.compile(r"\b(?:by|without|on|ignoring)\s*\(([^)]*)\)")
@@ -218,13 +232,25 @@ def check_dashboard(report):
         if not targets:
             report.fail(f"dashboard panel {panel.get('title')!r}", "has no query")
         for target in targets:
-            used |= check_expression(report, f"dashboard {panel.get('title')!r} {target.get('refId')}", target.get("expr", ""))
+            expr = target.get("expr", "")
+            used |= check_expression(report, f"dashboard {panel.get('title')!r} {target.get('refId')}", expr)
+            unfiltered = dashboard_unfiltered(expr)
+            if unfiltered:
+                report.fail(f"dashboard {panel.get('title')!r} {target.get('refId')} follows $app and $queue", "; ".join(unfiltered))
     for variable in dashboard.get("templating", {}).get("list", []):
         query = variable.get("query")
         if isinstance(query, dict):
             query = query.get("query", "")
         if variable.get("type") == "query":
             used |= check_expression(report, f"dashboard variable ${variable.get('name')}", query or "")
+            # label_values(metric, label): the metric must carry the label the variable filters on.
+            match = re.match(r"\s*label_values\(\s*([a-z_0-9]+)\s*,\s*([a-z_]+)\s*\)", query or "")
+            report.check(match and match.group(2) == variable.get("name")
+                         and match.group(2) in METRICS.get(base_metric(match.group(1)) or "", ("", set()))[1],
+                         f"dashboard variable ${variable.get('name')} reads label {variable.get('name')} of a metric that has it",
+                         f"query {query!r}")
+    check_dashboard_syntax(report, [(panel.get("title"), target.get("refId"), target.get("expr", ""))
+                                    for panel in panels if panel.get("type") != "row" for target in panel.get("targets") or []])
     wanted = {"herald_notifications_total", "herald_apns_responses_total", "herald_apns_request_duration_seconds",
               "herald_end_to_end_latency_seconds", "herald_streams_in_flight", "herald_stream_slots_free",
               "herald_connections", "herald_connection_events_total", "herald_jwt_mints_total",
@@ -233,6 +259,44 @@ def check_dashboard(report):
               "herald_credentials_rejected"}
     report.check(wanted <= used, "dashboard shows every metric it should", f"missing {sorted(wanted - used)}")
     return used
+
+
+def check_dashboard_syntax(report, queries):
+    """Every dashboard query parses as PromQL: promtool checks them as recording rules, with
+    Grafana's variables replaced by values a query could get ($app and $queue: .*)."""
+    promtool = shutil.which("promtool")
+    if not promtool:
+        report.skip("dashboard PromQL syntax", "promtool not installed")
+        return
+    rules = []
+    for index, (title, ref, expr) in enumerate(queries):
+        text = expr.replace("$__rate_interval", "1m").replace("$__interval", "1m")
+        text = re.sub(r"\$\{?(app|queue)\}?", ".*", text)
+        rules.append({"record": f"dashboard:query_{index}", "expr": text})
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
+        yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}, handle)
+        path = handle.name
+    try:
+        result = subprocess.run([promtool, "check", "rules", path], capture_output=True, text=True)
+    finally:
+        os.unlink(path)
+    report.check(result.returncode == 0, f"dashboard: all {len(queries)} queries are valid PromQL (promtool)",
+                 (result.stdout + result.stderr).strip())
+
+
+def dashboard_unfiltered(expr):
+    """Selectors in a dashboard query that ignore the $app or $queue variable although their metric
+    has that label: such a panel would not follow the variables at the top of the dashboard."""
+    problems = []
+    for name, body in SELECTOR.findall(expr) + [(n, "") for n in re.findall(r"\b(herald_[a-z0-9_]+)\b(?!\s*\{)", expr)]:
+        metric = base_metric(name)
+        if metric is None:
+            continue
+        matchers = {label: value for label, _, value in MATCHER.findall(body)}
+        for label in ("app", "queue"):
+            if label in METRICS[metric][1] and matchers.get(label) != f"${label}":
+                problems.append(f"{name} does not select {label}=~\"${label}\"")
+    return problems
 
 
 def markdown_anchors(path):
@@ -302,9 +366,35 @@ def check_alerts(report, documents):
     if promtool:
         result = subprocess.run([promtool, "check", "rules", ALERTS], capture_output=True, text=True)
         report.check(result.returncode == 0, "promtool check rules", (result.stdout + result.stderr).strip())
+        result = subprocess.run([promtool, "test", "rules", ALERT_TESTS], capture_output=True, text=True)
+        report.check(result.returncode == 0, f"promtool test rules {rel(ALERT_TESTS)}", (result.stdout + result.stderr).strip())
     else:
-        report.skip("promtool check rules", "promtool not installed (only the checks above)")
+        report.skip("promtool check rules, promtool test rules",
+                    "promtool not installed (apt-get install prometheus; only the checks above ran)")
+    tested = set()
+    if os.path.exists(ALERT_TESTS):
+        with open(ALERT_TESTS) as handle:
+            for test in (yaml.safe_load(handle) or {}).get("tests", []):
+                for case in test.get("alert_rule_test", []):
+                    tested.add((case.get("alertname"), bool(case.get("exp_alerts"))))
+    for name in names:
+        report.check((name, True) in tested and (name, False) in tested,
+                     f"alert {name} has a test case that fires and one that does not",
+                     f"{rel(ALERT_TESTS)} lacks {'a firing case' if (name, True) not in tested else 'a quiet case'}")
     return used
+
+
+def documented_metrics(text):
+    """The worker's metrics table of docs/operations.md, the section "### Metrics": rows
+    `| `name` | type | `label`, ... | text |`."""
+    table = {}
+    section = re.search(r"^### Metrics\s*$(.*?)(?=^#{1,3} )", text, re.M | re.S)
+    for line in (section.group(1) if section else "").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) >= 4 and re.fullmatch(r"`[a-z_0-9]+`", cells[0]) and cells[1] in ("counter", "gauge", "histogram"):
+            labels = set(re.findall(r"`([a-z_]+)`", cells[2]))
+            table[cells[0].strip("`")] = (cells[1], labels)
+    return table
 
 
 def check_operations_doc(report):
@@ -314,6 +404,15 @@ def check_operations_doc(report):
         text = handle.read()
     unknown = sorted({n for n in METRIC_NAME.findall(text) if base_metric(n) is None})
     report.check(not unknown, f"{rel(OPERATIONS)} names only exported metrics", f"unknown {unknown}")
+    table = documented_metrics(text)
+    missing = sorted(set(METRICS) - set(table))
+    extra = sorted(set(table) - set(METRICS))
+    report.check(not missing and not extra, f"{rel(OPERATIONS)}'s metrics table lists exactly the exported metrics",
+                 f"not in the table: {missing}; in the table but not exported: {extra}")
+    wrong = sorted(name for name in set(table) & set(METRICS) if table[name] != METRICS[name])
+    report.check(not wrong, f"{rel(OPERATIONS)}'s metrics table gives each metric's type and labels",
+                 "; ".join(f"{n}: table {table[n][0]} {sorted(table[n][1])}, exported {METRICS[n][0]} {sorted(METRICS[n][1])}"
+                           for n in wrong))
 
 
 def write_prometheusrule():

@@ -202,7 +202,7 @@ public final class DeliveryRules {
             defaultsByQueue = [apps.map(\.defaults)]
         }
         let queueCount = defaultsByQueue.count
-        queueCounters = Array(repeating: WorkerCounters(), count: queueCount)
+        queueCounters = Array(repeating: WorkerCounters(apps: apps.count), count: queueCount)
         heldEntries = Array(repeating: [], count: queueCount)
         queuedCollapse = Array(repeating: [:], count: queueCount)
         acceptedCollapse = Array(repeating: [:], count: queueCount)
@@ -257,34 +257,37 @@ public final class DeliveryRules {
                 continue
             }
             queueCounters[queue].jobsRead += 1
+            let appName = fields.first { $0.name == JobField.app }.map { String(decoding: $0.value, as: UTF8.self) }
+            let laneIndex = laneByName[appName.flatMap { $0.isEmpty ? nil : $0 } ?? WorkerApp.defaultName]
             if let cut = entry.truncated.first {
                 // An outsized value (see RESPReader): never sent; the dead letter keeps its first
                 // bytes, its full length and its SHA-256.
                 let what = cut.byBudget ? "it holds more than the 32 MiB Herald reads of one entry"
                     : cut.field.map { "field \(DeadLetterText.quoted($0)) holds \(cut.length) bytes, more than the 3 MiB Herald reads of one value" }
                     ?? "it has \(cut.length / 2) fields, more than the 65,536 Herald reads of one entry"
-                deadLetterEntry(entry.id, queue: queue, fields: fields, reason: "field_too_large",
+                // Counted for the job's app only when its `app` field was read whole.
+                let appWasRead = cut.field != nil && cut.field != JobField.app && !cut.byBudget
+                deadLetterEntry(entry.id, queue: queue, lane: appWasRead ? laneIndex : nil, fields: fields, reason: "field_too_large",
                                 message: "The job is too large to read: \(what). The dead letter keeps the value's first 4,096 bytes, its full length (truncated_length) and its SHA-256 (truncated_sha256).",
                                 now: now,
                                 extra: [("truncated_field", cut.field ?? ""), ("truncated_length", String(cut.length)), ("truncated_sha256", cut.sha256 ?? "")])
                 continue
             }
             if let deliveries, let count = deliveries[entry.id], count > policy.maxDeliveries {
-                deadLetterEntry(entry.id, queue: queue, fields: fields, reason: "max_deliveries",
+                deadLetterEntry(entry.id, queue: queue, lane: laneIndex, fields: fields, reason: "max_deliveries",
                                 message: "The entry was delivered to workers \(count) times without an outcome (more than --max-deliveries \(policy.maxDeliveries)); a worker may be crashing on it.",
                                 now: now)
                 continue
             }
-            let appName = fields.first { $0.name == JobField.app }.map { String(decoding: $0.value, as: UTF8.self) }
-            guard let laneIndex = laneByName[appName.flatMap { $0.isEmpty ? nil : $0 } ?? WorkerApp.defaultName] else {
-                deadLetterEntry(entry.id, queue: queue, fields: fields, reason: "unknown_app",
+            guard let laneIndex else {
+                deadLetterEntry(entry.id, queue: queue, lane: nil, fields: fields, reason: "unknown_app",
                                 message: "The job names app \(DeadLetterText.quoted(appName ?? "")), which this worker is not configured for (apps: \(lanes.map(\.name).joined(separator: ", "))).",
                                 now: now)
                 continue
             }
             switch JobDecoder.decode(entryID: entry.id, fields: fields, defaults: defaultsByQueue[queue][laneIndex]) {
             case .failure(let error):
-                deadLetterEntry(entry.id, queue: queue, fields: fields, reason: error.code, message: error.description, now: now)
+                deadLetterEntry(entry.id, queue: queue, lane: laneIndex, fields: fields, reason: error.code, message: error.description, now: now)
             case .success(let job):
                 queueCounters[queue].unknownFields += job.unknownFields
                 admit(job, lane: laneIndex, queue: queue, now: now)
@@ -327,7 +330,7 @@ public final class DeliveryRules {
             let collapseKey = job.template.collapseID.map { DeliveryRules.collapseKey($0, token) }
             if let collapseKey, let newest = acceptedCollapse[queue][collapseKey], newest > origin {
                 // A newer update with this collapse id already reached the device.
-                queueCounters[queue].superseded += 1
+                queueCounters[queue].apps[laneIndex].superseded += 1
                 record.remaining -= 1
                 continue
             }
@@ -345,7 +348,7 @@ public final class DeliveryRules {
                     if olderRecord.job.originID < origin {
                         olderRecord.markSuperseded(Int(older & 0xFFFF))
                     } else {
-                        queueCounters[queue].superseded += 1
+                        queueCounters[queue].apps[laneIndex].superseded += 1
                         record.remaining -= 1
                         continue
                     }
@@ -390,7 +393,7 @@ public final class DeliveryRules {
                 }
             }
             if record.isSuperseded(tokenIndex) {
-                queueCounters[record.queue].superseded += 1
+                queueCounters[record.queue].apps[record.lane].superseded += 1
                 complete(index, now: now)
                 continue
             }
@@ -439,8 +442,8 @@ public final class DeliveryRules {
         }
         switch outcome {
         case .accepted:
-            queueCounters[record.queue].accepted += 1
-            queueCounters[record.queue].endToEndLatency.record(milliseconds: now.subtractingSaturating(job.enqueuedAt))
+            queueCounters[record.queue].apps[record.lane].accepted += 1
+            queueCounters[record.queue].apps[record.lane].endToEndLatency.record(milliseconds: now.subtractingSaturating(job.enqueuedAt))
             if let collapseID = job.template.collapseID {
                 let key = DeliveryRules.collapseKey(collapseID, token)
                 if acceptedCollapse[record.queue].count > 200_000 { acceptedCollapse[record.queue].removeAll() }
@@ -449,7 +452,7 @@ public final class DeliveryRules {
                 }
             }
         case .deadToken(_, let reason, let timestamp):
-            queueCounters[record.queue].deadTokens += 1
+            queueCounters[record.queue].apps[record.lane].deadTokens += 1
             record.feedback.append(FeedbackEntry.Draft(token: token, topic: job.template.topic, reason: reason.rawValue,
                                                        timestamp: timestamp, job: job.origin))
         case .permanent(let status, let reason):
@@ -623,7 +626,7 @@ public final class DeliveryRules {
             let tokenIndex = Int(context & 0xFFFF)
             forgetQueued(record, tokenIndex: tokenIndex, context: context)
             if record.isSuperseded(tokenIndex) {
-                queueCounters[record.queue].superseded += 1
+                queueCounters[record.queue].apps[record.lane].superseded += 1
             } else {
                 if park(record, token: record.job.tokens[tokenIndex], attempts: record.attemptsBefore(tokenIndex), delay: delay, now: now) {
                     handedBack += 1
@@ -680,7 +683,7 @@ public final class DeliveryRules {
             }
         }
         for group in order {
-            queueCounters[queue].deadLettered += group.tokens.count
+            queueCounters[queue].apps[record.lane].deadLettered += group.tokens.count
             queueCounters[queue].deadLetteredByReason[DeadLetterText.countingKey(reason: group.reason), default: 0] += group.tokens.count
             // Some of a fan-out job's tokens: like a retry, the letter carries the id its apns-ids
             // derive from as id_base, so a requeued letter of one token does not send the raw id.
@@ -690,8 +693,8 @@ public final class DeliveryRules {
                 attempts: group.attempts, failedAt: now, origin: job.origin, idBase: idBase)))
         }
         if !record.retryTokens.isEmpty {
-            queueCounters[queue].retried += record.retryTokens.count - record.handedBack
-            queueCounters[queue].handedBack += record.handedBack
+            queueCounters[queue].apps[record.lane].retried += record.retryTokens.count - record.handedBack
+            queueCounters[queue].apps[record.lane].handedBack += record.handedBack
             let retryID = "\(job.entryID)/\(record.retryAttempts)/\(UInt32.random(in: .min ... .max, using: &random))"
             writes.append(.retry(RetryEntry(job: job, tokens: record.retryTokens, attempts: record.retryAttempts, retryID: retryID,
                                             dueAt: dueAt)))
@@ -704,10 +707,11 @@ public final class DeliveryRules {
         finishingCount += 1
     }
 
-    /// A malformed or hopeless entry: dead-letter it whole.
-    private func deadLetterEntry(_ id: StreamEntryID, queue: Int, fields: [(name: String, value: [UInt8])], reason: String, message: String,
-                                 now: Int64, extra: [(String, String)] = []) {
-        queueCounters[queue].deadLettered += 1
+    /// A malformed or hopeless entry: dead-letter it whole, counted for `lane`'s app (nil: a job
+    /// that belongs to none of the worker's apps, or whose `app` field could not be read).
+    private func deadLetterEntry(_ id: StreamEntryID, queue: Int, lane: Int?, fields: [(name: String, value: [UInt8])], reason: String,
+                                 message: String, now: Int64, extra: [(String, String)] = []) {
+        if let lane { queueCounters[queue].apps[lane].deadLettered += 1 } else { queueCounters[queue].unattributedDeadLettered += 1 }
         queueCounters[queue].deadLetteredByReason[DeadLetterText.countingKey(reason: reason), default: 0] += 1
         queueCounters[queue].jobsFinished += 1
         // Extra fields (what was cut) ride along after the job's own, like any field of the job.

@@ -10,14 +10,15 @@ import Transport
 /// their growth since the last second into swift-metrics counter increments, sets gauges, merges
 /// histograms into the shared ones, stamps the loop's heartbeat and readiness, and (on loop 0)
 /// samples each queue's depth, pending entries, lag and the other streams. Every queue-level
-/// series carries a `queue` label; a worker with several queues publishes one series per queue,
-/// their label sets made once at start (nothing is built per notification). Loop-confined.
+/// series carries a `queue` label, and outcomes and latency also the app of the job (its app
+/// lane): a worker with several queues and apps publishes one series per queue and app, through
+/// handles made once at start (nothing is built per notification). Per-app gauges are
+/// `LoopGauge`s, which add this loop's part to the other loops'. Loop-confined.
 public final class WorkerMetrics {
     private let metrics: HeraldMetrics
     private let health: HealthState
     private let loopIndex: Int
     private let worker: QueueWorker
-    private let app: String
     /// The worker's queues, in its order (the rules' queue indices).
     private let queues: [String]
     private let samplesQueue: Bool
@@ -31,6 +32,12 @@ public final class WorkerMetrics {
     private var lastCounters: [WorkerCounters]
     /// What each app's pool had reported at the last publication.
     private var lastPools: [PoolReading]
+    /// Each app's series, in lane order, made once at startup.
+    private let appSeries: [AppSeries]
+    /// Each queue's series, in queue order, made once at startup.
+    private let queueSeries: [QueueSeries]
+    /// Each app's `herald_last_success_timestamp_seconds`, made at its first success.
+    private var lastSuccess: [LoopGauge?]
 
     struct PoolReading {
         var accepted = 0
@@ -40,53 +47,120 @@ public final class WorkerMetrics {
         var mints = 0
     }
 
+    /// One app's series: made when the worker starts (the apps are known from its configuration),
+    /// so the per-second publication only adds to handles, and every series is exposed at 0
+    /// before its first event. A series that appears only with its first increment hides that
+    /// increment from `rate()` and `increase()`, and leaves panels and alerts without data: an
+    /// app that never succeeds would never show an `accepted` series to alert on.
+    struct AppSeries {
+        let app: String
+        let requestDurationLabels: [(String, String)]
+        let accepted200: CoreMetrics.Counter
+        let events: [CoreMetrics.Counter]
+        let mints: CoreMetrics.Counter
+        /// Gauges every loop of the worker reports into (summed, or the maximum for a flag or a time).
+        let ready: LoopGauge
+        let connecting: LoopGauge
+        let goingAway: LoopGauge
+        let inFlight: LoopGauge
+        let queued: LoopGauge
+        let slotsFree: LoopGauge
+        let credentialsRejected: LoopGauge
+
+        init(app: String, metrics: HeraldMetrics, loops: Int) {
+            self.app = app
+            let appLabel = [("app", app)]
+            requestDurationLabels = appLabel
+            accepted200 = metrics.counter("herald_apns_responses_total", appLabel + [("status", "200"), ("reason", "")])
+            // The 403 answers the credential alerts watch, at 0 from the start: the first
+            // refusal is often the only one before the app halts, and must show in increase().
+            for reason in WorkerMetrics.forbiddenReasons {
+                _ = metrics.counter("herald_apns_responses_total", appLabel + [("status", "403"), ("reason", reason)])
+            }
+            events = WorkerMetrics.connectionEvents.map { metrics.counter("herald_connection_events_total", appLabel + [("event", $0)]) }
+            mints = metrics.counter("herald_jwt_mints_total", appLabel)
+            ready = metrics.loopGauge("herald_connections", appLabel + [("state", "ready")], loops: loops)
+            connecting = metrics.loopGauge("herald_connections", appLabel + [("state", "connecting")], loops: loops)
+            goingAway = metrics.loopGauge("herald_connections", appLabel + [("state", "going_away")], loops: loops)
+            inFlight = metrics.loopGauge("herald_streams_in_flight", appLabel, loops: loops)
+            queued = metrics.loopGauge("herald_notifications_queued", appLabel, loops: loops)
+            slotsFree = metrics.loopGauge("herald_stream_slots_free", appLabel, loops: loops)
+            credentialsRejected = metrics.loopGauge("herald_credentials_rejected", appLabel, loops: loops, combine: .max)
+        }
+    }
+
+    /// One queue's series, made at startup like the apps': its outcome counters and end-to-end
+    /// latency per app, and its queue-level counters.
+    struct QueueSeries {
+        let queue: String
+        /// `herald_notifications_total{app,queue,outcome}`: `[lane][outcome]`, outcomes in
+        /// `WorkerMetrics.outcomes` order.
+        let outcomes: [[CoreMetrics.Counter]]
+        /// `herald_end_to_end_latency_seconds`' labels per lane.
+        let endToEndLabels: [[(String, String)]]
+        /// Dead letters of jobs that belong to none of the worker's apps (`app=""`).
+        let unattributedDeadLettered: CoreMetrics.Counter
+        let jobsRead: CoreMetrics.Counter
+        let jobsReclaimed: CoreMetrics.Counter
+        let redisErrors: CoreMetrics.Counter
+        let consumersRemoved: CoreMetrics.Counter
+        let unknownFields: CoreMetrics.Counter
+
+        init(queue: String, apps: [String], metrics: HeraldMetrics) {
+            self.queue = queue
+            outcomes = apps.map { app in
+                WorkerMetrics.outcomes.map { metrics.counter("herald_notifications_total", [("app", app), ("queue", queue), ("outcome", $0)]) }
+            }
+            endToEndLabels = apps.map { [("app", $0), ("queue", queue)] }
+            unattributedDeadLettered = metrics.counter("herald_notifications_total", [("app", ""), ("queue", queue), ("outcome", "dead_lettered")])
+            let q = [("queue", queue)]
+            jobsRead = metrics.counter("herald_jobs_read_total", q)
+            jobsReclaimed = metrics.counter("herald_jobs_reclaimed_total", q)
+            redisErrors = metrics.counter("herald_redis_errors_total", q)
+            consumersRemoved = metrics.counter("herald_consumers_removed_total", q)
+            unknownFields = metrics.counter("herald_jobs_unknown_fields_total", q)
+        }
+    }
+
+    /// Dynamic series (APNs' other answers, dead-letter reasons, the last-success time): made on
+    /// first use, once a second at most, and cached.
     private var counterCache: [String: CoreMetrics.Counter] = [:]
     private var gaugeCache: [String: CoreMetrics.Gauge] = [:]
 
-    /// `app` labels the worker-wide outcome counters: the app's name in a single-app worker, `all`
-    /// when one worker serves several (per-app answers are in herald_apns_responses_total).
+    /// Notification and latency series carry the app that sent them (the job's app lane), so a
+    /// worker serving several apps tells them apart.
     public init(metrics: HeraldMetrics, health: HealthState, loopIndex: Int, worker: QueueWorker) {
         self.metrics = metrics
         self.health = health
         self.loopIndex = loopIndex
         self.worker = worker
-        self.app = worker.lanes.count == 1 ? worker.lanes[0].name : "all"
-        self.queues = worker.configuration.queues.map(\.queue)
+        let queues = worker.configuration.queues.map(\.queue)
+        self.queues = queues
         self.samplesQueue = loopIndex == 0
-        lastCounters = queues.map { _ in WorkerCounters() }
         lastPools = worker.lanes.map { _ in PoolReading() }
-        for lane in worker.lanes {
-            metrics.histograms.declare(name: "herald_apns_request_duration_seconds", labels: [("app", lane.name)],
+        let apps = worker.lanes.map(\.name)
+        appSeries = apps.map { AppSeries(app: $0, metrics: metrics, loops: health.loops) }
+        queueSeries = queues.map { QueueSeries(queue: $0, apps: apps, metrics: metrics) }
+        lastSuccess = worker.lanes.map { _ in nil }
+        lastCounters = queues.map { _ in WorkerCounters(apps: apps.count) }
+        for series in appSeries {
+            metrics.histograms.declare(name: "herald_apns_request_duration_seconds", labels: series.requestDurationLabels,
                                        help: "Time from opening an HTTP/2 stream to APNs' answer.")
         }
-        for queue in queues {
-            metrics.histograms.declare(name: "herald_end_to_end_latency_seconds", labels: [("app", app), ("queue", queue)],
-                                       help: "Time from enqueue (stream entry id) to APNs accepting the notification.")
-        }
-        declareCounters()
-    }
-
-    /// Makes every counter with a fixed label set now, so it is exposed at 0 before its first
-    /// event: a series that appears only with its first increment hides that increment from
-    /// `rate()` and `increase()`, and leaves the dashboard's panels and alerts without data.
-    private func declareCounters() {
-        for queue in queues {
-            let outcome = [("app", app), ("queue", queue)]
-            for name in WorkerMetrics.outcomes { _ = counter("herald_notifications_total", outcome + [("outcome", name)]) }
-            let q = [("queue", queue)]
-            for name in ["herald_jobs_read_total", "herald_jobs_reclaimed_total", "herald_jobs_superseded_total",
-                         "herald_jobs_retried_total", "herald_redis_errors_total", "herald_consumers_removed_total"] {
-                _ = counter(name, q)
+        for series in queueSeries {
+            for labels in series.endToEndLabels {
+                metrics.histograms.declare(name: "herald_end_to_end_latency_seconds", labels: labels,
+                                           help: "Time from enqueue (stream entry id) to APNs accepting the notification.")
             }
         }
-        for lane in worker.lanes {
-            for event in WorkerMetrics.connectionEvents { _ = counter("herald_connection_events_total", [("app", lane.name), ("event", event)]) }
-            _ = counter("herald_jwt_mints_total", [("app", lane.name)])
-        }
     }
 
+    /// `herald_notifications_total`'s outcomes, in the order of `QueueSeries.outcomes`.
     static let outcomes = ["accepted", "dead_token", "dead_lettered", "retried", "superseded", "handed_back"]
     static let connectionEvents = ["opened", "failed", "goaway", "reset", "ping_timeout", "response_timeout", "credentials_suspected"]
+    /// The reasons APNs documents for status 403.
+    static let forbiddenReasons = ["BadCertificate", "BadCertificateEnvironment", "ExpiredProviderToken", "Forbidden",
+                                   "InvalidProviderToken", "MissingProviderToken", "UnrelatedKeyIdInToken", "BadEnvironmentKeyIdInToken"]
 
     /// Starts publishing every `intervalMilliseconds` on the worker's loop.
     public func start(intervalMilliseconds: Int64 = 1_000) {
@@ -122,6 +196,10 @@ public final class WorkerMetrics {
         if delta > 0 { counter(name, labels).increment(by: Int64(delta)) }
     }
 
+    private static func add(_ counter: CoreMetrics.Counter, _ delta: Int) {
+        if delta > 0 { counter.increment(by: Int64(delta)) }
+    }
+
     /// One publication: counter growth, gauges, histograms, health.
     public func publish() {
         let now = EventLoop.monotonicMilliseconds()
@@ -129,13 +207,21 @@ public final class WorkerMetrics {
         health.setReady(loop: loopIndex, worker.isReady)
 
         let all = worker.queueCounters
-        for (index, queue) in queues.enumerated() {
-            publishCounters(all[index], previous: lastCounters[index], queue: queue)
+        for (index, series) in queueSeries.enumerated() where index < all.count {
+            publishCounters(all[index], previous: lastCounters[index], series: series)
         }
         lastCounters = all
 
         for (laneIndex, lane) in worker.lanes.enumerated() {
-            publishPool(lane, last: &lastPools[laneIndex])
+            publishPool(lane, series: appSeries[laneIndex], queued: worker.rules.queued(lane: laneIndex), last: &lastPools[laneIndex])
+            if lane.pool.lastAcceptedAt > 0 {
+                // No 0 before the first success: a timestamp of 1970 would read as "55 years ago".
+                if lastSuccess[laneIndex] == nil {
+                    lastSuccess[laneIndex] = metrics.loopGauge("herald_last_success_timestamp_seconds", [("app", lane.name)],
+                                                               loops: health.loops, combine: .max)
+                }
+                lastSuccess[laneIndex]?.record(Double(lane.pool.lastAcceptedAt) / 1000, loop: loopIndex)
+            }
         }
 
         tick += 1
@@ -149,51 +235,55 @@ public final class WorkerMetrics {
     }
 
     /// One queue's counter growth since the last publication.
-    private func publishCounters(_ counters: WorkerCounters, previous: WorkerCounters, queue: String) {
-        let outcome = [("app", app), ("queue", queue)]
-        add("herald_notifications_total", outcome + [("outcome", "accepted")], counters.accepted - previous.accepted)
-        add("herald_notifications_total", outcome + [("outcome", "dead_token")], counters.deadTokens - previous.deadTokens)
-        add("herald_notifications_total", outcome + [("outcome", "dead_lettered")], counters.deadLettered - previous.deadLettered)
-        add("herald_notifications_total", outcome + [("outcome", "retried")], counters.retried - previous.retried)
-        add("herald_notifications_total", outcome + [("outcome", "superseded")], counters.superseded - previous.superseded)
-        add("herald_notifications_total", outcome + [("outcome", "handed_back")], counters.handedBack - previous.handedBack)
-        let q = [("queue", queue)]
-        add("herald_jobs_read_total", q, counters.jobsRead - previous.jobsRead)
-        add("herald_jobs_reclaimed_total", q, counters.jobsReclaimed - previous.jobsReclaimed)
-        add("herald_jobs_superseded_total", q, counters.superseded - previous.superseded)
-        add("herald_jobs_retried_total", q, counters.retried - previous.retried)
-        add("herald_redis_errors_total", q, counters.redisErrors - previous.redisErrors)
-        add("herald_consumers_removed_total", q, counters.consumersRemoved - previous.consumersRemoved)
-        add("herald_jobs_unknown_fields_total", q, counters.unknownFields - previous.unknownFields)
-        for (reason, count) in counters.deadLetteredByReason {
+    private func publishCounters(_ counters: WorkerCounters, previous: WorkerCounters, series: QueueSeries) {
+        for (laneIndex, outcomes) in series.outcomes.enumerated() where laneIndex < counters.apps.count {
+            let current = counters.apps[laneIndex]
+            let before = laneIndex < previous.apps.count ? previous.apps[laneIndex] : AppOutcomes()
+            // In `WorkerMetrics.outcomes` order.
+            WorkerMetrics.add(outcomes[0], current.accepted - before.accepted)
+            WorkerMetrics.add(outcomes[1], current.deadTokens - before.deadTokens)
+            WorkerMetrics.add(outcomes[2], current.deadLettered - before.deadLettered)
+            WorkerMetrics.add(outcomes[3], current.retried - before.retried)
+            WorkerMetrics.add(outcomes[4], current.superseded - before.superseded)
+            WorkerMetrics.add(outcomes[5], current.handedBack - before.handedBack)
+            metrics.histograms.add(current.endToEndLatency.subtracting(before.endToEndLatency),
+                                   name: "herald_end_to_end_latency_seconds", labels: series.endToEndLabels[laneIndex])
+        }
+        WorkerMetrics.add(series.unattributedDeadLettered, counters.unattributedDeadLettered - previous.unattributedDeadLettered)
+        WorkerMetrics.add(series.jobsRead, counters.jobsRead - previous.jobsRead)
+        WorkerMetrics.add(series.jobsReclaimed, counters.jobsReclaimed - previous.jobsReclaimed)
+        WorkerMetrics.add(series.redisErrors, counters.redisErrors - previous.redisErrors)
+        WorkerMetrics.add(series.consumersRemoved, counters.consumersRemoved - previous.consumersRemoved)
+        WorkerMetrics.add(series.unknownFields, counters.unknownFields - previous.unknownFields)
+        let q = [("queue", series.queue)]
+        for (reason, count) in counters.deadLetteredByReason where count != previous.deadLetteredByReason[reason] {
             add("herald_jobs_dead_lettered_total", q + [("reason", reason)], count - (previous.deadLetteredByReason[reason] ?? 0))
         }
-        metrics.histograms.add(counters.endToEndLatency.subtracting(previous.endToEndLatency),
-                               name: "herald_end_to_end_latency_seconds", labels: outcome)
     }
 
-    private func publishPool(_ lane: AppLane, last: inout PoolReading) {
+    private func publishPool(_ lane: AppLane, series: AppSeries, queued: Int, last: inout PoolReading) {
         let pool = lane.pool
-        let app = lane.name
-        add("herald_apns_responses_total", [("app", app), ("status", "200"), ("reason", "")], pool.acceptedResponses - last.accepted)
+        let app = series.app
+        WorkerMetrics.add(series.accepted200, pool.acceptedResponses - last.accepted)
         last.accepted = pool.acceptedResponses
-        for (key, count) in pool.otherResponses {
+        for (key, count) in pool.otherResponses where count != last.responses[key] {
             let parts = key.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: false)
             let status = String(parts[0])
             let reason = parts.count > 1 ? String(parts[1]) : ""
             add("herald_apns_responses_total", [("app", app), ("status", status), ("reason", reason)], count - (last.responses[key] ?? 0))
         }
         last.responses = pool.otherResponses
-        metrics.histograms.add(pool.requestDuration.subtracting(last.duration), name: "herald_apns_request_duration_seconds", labels: [("app", app)])
+        metrics.histograms.add(pool.requestDuration.subtracting(last.duration), name: "herald_apns_request_duration_seconds",
+                               labels: series.requestDurationLabels)
         last.duration = pool.requestDuration
         let events = [pool.connectionsOpened, pool.connectionFailures, pool.goAwaysReceived, pool.connectionResets, pool.pingTimeouts,
                       pool.responseTimeouts, pool.credentialSuspicions]
-        for (index, name) in WorkerMetrics.connectionEvents.enumerated() {
-            add("herald_connection_events_total", [("app", app), ("event", name)], events[index] - last.events[index])
+        for index in events.indices {
+            WorkerMetrics.add(series.events[index], events[index] - last.events[index])
         }
         last.events = events
         let mints = pool.tokens?.mintCount ?? 0
-        add("herald_jwt_mints_total", [("app", app)], mints - last.mints)
+        WorkerMetrics.add(series.mints, mints - last.mints)
         last.mints = mints
 
         var ready = 0, connecting = 0, goingAway = 0
@@ -205,16 +295,13 @@ public final class WorkerMetrics {
             case .closed: break
             }
         }
-        let appLabel = [("app", app)]
-        gauge("herald_connections", appLabel + [("state", "ready")]).record(ready)
-        gauge("herald_connections", appLabel + [("state", "connecting")]).record(connecting)
-        gauge("herald_connections", appLabel + [("state", "going_away")]).record(goingAway)
-        gauge("herald_streams_in_flight", appLabel).record(pool.inFlight)
-        gauge("herald_stream_slots_free", appLabel).record(pool.freeSlots)
-        gauge("herald_credentials_rejected", appLabel).record(pool.stoppedReason == nil ? 0 : 1)
-        if pool.lastAcceptedAt > 0 {
-            gauge("herald_last_success_timestamp_seconds", appLabel).record(Double(pool.lastAcceptedAt) / 1000)
-        }
+        series.ready.record(ready, loop: loopIndex)
+        series.connecting.record(connecting, loop: loopIndex)
+        series.goingAway.record(goingAway, loop: loopIndex)
+        series.inFlight.record(pool.inFlight, loop: loopIndex)
+        series.queued.record(queued, loop: loopIndex)
+        series.slotsFree.record(pool.freeSlots, loop: loopIndex)
+        series.credentialsRejected.record(pool.stoppedReason == nil ? 0 : 1, loop: loopIndex)
     }
 
     /// Samples every queue, each on its own connection; the first queue's answer sets when the

@@ -116,9 +116,20 @@ struct CredentialsOptions: ParsableArguments {
 
     /// The credentials with environment and config-file fallbacks applied, checked for presence.
     func resolved(file app: ConfigFile.App? = nil, appName: String = "default") throws -> ResolvedCredentials {
-        let team = teamID ?? environmentValue("TEAM_ID") ?? app?.teamID
-        let key = keyID ?? environmentValue("KEY_ID") ?? app?.keyID
-        let file = keyFile ?? environmentValue("KEY_FILE") ?? app?.keyFile
+        try CredentialsOptions.resolved(
+            team: teamID ?? environmentValue("TEAM_ID") ?? app?.teamID, key: keyID ?? environmentValue("KEY_ID") ?? app?.keyID,
+            file: keyFile ?? environmentValue("KEY_FILE") ?? app?.keyFile,
+            minutes: try tokenRefreshMinutes ?? intEnvironment("TOKEN_REFRESH_MINUTES") ?? app?.tokenRefreshMinutes, appName: appName)
+    }
+
+    /// The credentials of a config file's app other than `default`: the flags and HERALD_*
+    /// variables describe `default` only, so they are not read here. (A `CredentialsOptions()`
+    /// made by hand cannot be read either: its options were never parsed.)
+    static func resolved(fileApp app: ConfigFile.App?, appName: String) throws -> ResolvedCredentials {
+        try resolved(team: app?.teamID, key: app?.keyID, file: app?.keyFile, minutes: app?.tokenRefreshMinutes, appName: appName)
+    }
+
+    private static func resolved(team: String?, key: String?, file: String?, minutes: Int?, appName: String) throws -> ResolvedCredentials {
         var missing: [String] = []
         if team == nil { missing.append("--team-id (HERALD_TEAM_ID)") }
         if key == nil { missing.append("--key-id (HERALD_KEY_ID)") }
@@ -136,8 +147,7 @@ struct CredentialsOptions: ParsableArguments {
         checkSecretFilePermissions(file, warn: printWarning)
         let privateKey = try ES256PrivateKey(pemFile: file)
         let signer = try ProviderTokenSigner(teamID: team, keyID: key, key: privateKey)
-        let minutes = try tokenRefreshMinutes ?? intEnvironment("TOKEN_REFRESH_MINUTES") ?? app?.tokenRefreshMinutes
-            ?? ProviderTokenSource.defaultRefreshMinutes
+        let minutes = minutes ?? ProviderTokenSource.defaultRefreshMinutes
         return ResolvedCredentials(signer: signer, refreshMinutes: minutes, teamID: team, keyID: key, keyFile: file)
     }
 }

@@ -211,7 +211,7 @@ extension WorkerCommand {
             } else {
                 tokenCredentials = isDefault
                     ? try credentials.resolved(file: fileApp, appName: name)
-                    : try CredentialsOptions().resolved(file: fileApp, appName: name)
+                    : try CredentialsOptions.resolved(fileApp: fileApp, appName: name)
             }
             pool.responseTimeoutMilliseconds = try target.responseTimeoutMilliseconds()
             pool.pingIntervalMilliseconds = try target.pingIntervalMilliseconds()

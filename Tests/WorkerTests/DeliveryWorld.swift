@@ -471,6 +471,30 @@ final class DeliveryWorld {
         }
         let ended = counters.accepted + counters.deadTokens + counters.deadLettered + counters.superseded + counters.retried + counters.handedBack
         if read != ended { violation("counts do not balance: \(read) read, \(ended) ended (\(counters))") }
+        // And per app (the labels of herald_notifications_total): each notification's outcome is
+        // counted for its job's app; a job naming an app the rules do not serve, for none.
+        var readPerApp = Array(repeating: 0, count: DeliveryWorld.apps.count)
+        var readUnattributed = 0
+        for id in entryOrder {
+            guard let entry = entries[id] else { continue }
+            let notifications = entry.wholeReason != nil ? 1 : entry.tokens.count + entry.invalidTokens.count
+            let app = entry.fields.first { $0.name == "app" }.map { String(decoding: $0.value, as: UTF8.self) } ?? "default"
+            if let lane = DeliveryWorld.apps.firstIndex(of: app) { readPerApp[lane] += notifications } else { readUnattributed += notifications }
+        }
+        if counters.apps.count != DeliveryWorld.apps.count { violation("\(counters.apps.count) apps counted, \(DeliveryWorld.apps.count) configured") }
+        for (lane, outcomes) in counters.apps.enumerated() where lane < readPerApp.count {
+            let endedForApp = outcomes.accepted + outcomes.deadTokens + outcomes.deadLettered + outcomes.superseded + outcomes.retried
+                + outcomes.handedBack
+            if endedForApp != readPerApp[lane] {
+                violation("app \(DeliveryWorld.apps[lane]): \(readPerApp[lane]) read, \(endedForApp) ended (\(outcomes))")
+            }
+        }
+        if counters.unattributedDeadLettered != readUnattributed {
+            violation("jobs of no app: \(readUnattributed) read, \(counters.unattributedDeadLettered) dead-lettered")
+        }
+        let acceptedPerApp = counters.apps.map(\.accepted)
+        let latencyPerApp = counters.apps.map { Int($0.endToEndLatency.count) }
+        if acceptedPerApp != latencyPerApp { violation("accepted per app \(acceptedPerApp), end-to-end latencies recorded \(latencyPerApp)") }
         if counters.superseded != superseded { violation("superseded: rules count \(counters.superseded), the world finds \(superseded)") }
         if counters.jobsRead != entryOrder.count || counters.jobsFinished != entryOrder.count {
             violation("\(entryOrder.count) entries, \(counters.jobsRead) read, \(counters.jobsFinished) finished")

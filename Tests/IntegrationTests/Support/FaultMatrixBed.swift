@@ -157,7 +157,7 @@ final class MatrixBed: @unchecked Sendable {
         }
         for worker in workers where worker.process.isRunning {
             if let scrape = try? worker.http.scrape() {
-                ledger.superseded += max(0, scrape.count("herald_jobs_superseded_total"))
+                ledger.superseded += max(0, scrape.count("herald_notifications_total", ["outcome": "superseded"]))
             }
         }
         return ledger
