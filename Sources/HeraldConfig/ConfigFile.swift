@@ -18,6 +18,11 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     /// With a `rediss://` URL: the client certificate and key for Redis' `tls-auth-clients`.
     public var redisCert: String?
     public var redisKey: String?
+    /// Redis Sentinel: `host:port,host:port` and the master's name; `redis` then names no host.
+    public var sentinel: String?
+    public var sentinelMaster: String?
+    /// A file holding the sentinels' own password.
+    public var sentinelPasswordFile: String?
     public var queue: String?
     /// Several queues for one worker (`--queues`); excludes `shards`.
     public var queues: [String]?
@@ -42,6 +47,9 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
         case redisCAFile = "redis_ca_file"
         case redisCert = "redis_cert"
         case redisKey = "redis_key"
+        case sentinel
+        case sentinelMaster = "sentinel_master"
+        case sentinelPasswordFile = "sentinel_password_file"
         case claimIdle = "claim_idle"
         case idleConsumerTimeout = "idle_consumer_timeout"
         case maxAttempts = "max_attempts"

@@ -7,8 +7,13 @@ import Transport
 ///
 /// Not for the worker: it blocks its thread. Not thread-safe: one thread uses it.
 public final class BlockingRedisClient: RedisCommandExecutor, RedisConnectionDelegate {
-    public let endpoint: RedisEndpoint
+    /// Where the commands go: the configured Redis, or the master Sentinel named at the last connect.
+    public private(set) var endpoint: RedisEndpoint
     private let loop: EventLoop
+    /// With `--sentinel`: asked for the master before every connect.
+    private var sentinel: RedisSentinelResolver?
+    /// Why the sentinels named no master at the last connect.
+    private var sentinelError: RedisError?
     private var connection: RedisConnection?
     /// Whether the current connection ever became ready (tells "unreachable" from "lost").
     private var everReady = false
@@ -19,13 +24,16 @@ public final class BlockingRedisClient: RedisCommandExecutor, RedisConnectionDel
     public private(set) var interrupted = false
 
     /// Creates the loop and starts connecting; the first command waits for the connection.
-    public init(endpoint: RedisEndpoint) throws {
+    /// With `sentinel`, `endpoint` gives only the credentials and database: the master's address
+    /// comes from the sentinels, asked again on every `reconnect()`.
+    public init(endpoint: RedisEndpoint, sentinel: SentinelConfiguration? = nil) throws {
         self.endpoint = endpoint
         do {
             loop = try EventLoop()
         } catch {
             throw QueueToolError.invalidArgument("cannot create an event loop: \(error)")
         }
+        self.sentinel = sentinel.map { RedisSentinelResolver(loop: loop, configuration: $0, base: endpoint) }
         connect()
     }
 
@@ -59,6 +67,20 @@ public final class BlockingRedisClient: RedisCommandExecutor, RedisConnectionDel
     private func connect() {
         everReady = false
         closeError = nil
+        sentinelError = nil
+        if let sentinel {
+            switch sentinel.resolveTurningLoop(interrupted: { interrupted }) {
+            case .success(let master):
+                endpoint = master
+            case .failure(let error):
+                sentinelError = error
+                connection = nil
+                return
+            case nil:
+                connection = nil
+                return  // interrupted
+            }
+        }
         let connection = RedisConnection(loop: loop, endpoint: endpoint)
         connection.delegate = self
         self.connection = connection
@@ -90,7 +112,7 @@ public final class BlockingRedisClient: RedisCommandExecutor, RedisConnectionDel
     }
 
     /// Whether the last connection is gone (a new command would fail until `reconnect()`).
-    public var isClosed: Bool { closeError != nil }
+    public var isClosed: Bool { closeError != nil || sentinelError != nil }
 
     private final class Wait {
         var replies: [RedisReply?]
@@ -106,6 +128,7 @@ public final class BlockingRedisClient: RedisCommandExecutor, RedisConnectionDel
     public func pipeline(_ commands: [[RedisArgument]], timeoutMilliseconds: Int64) throws -> [RedisReply] {
         guard !commands.isEmpty else { return [] }
         if interrupted { throw QueueToolError.interrupted }
+        if let sentinelError, let sentinel { throw QueueToolError.masterNotFound(sentinel.configuration, sentinelError) }
         guard let connection else { throw QueueToolError.connectionLost(endpoint: endpoint.description, cause: "not connected") }
         if let closeError { throw toolError(closeError) }
         let wait = Wait(count: commands.count)
@@ -157,6 +180,18 @@ public final class BlockingRedisClient: RedisCommandExecutor, RedisConnectionDel
         default: break
         }
         return .connectionLost(endpoint: endpoint.description, cause: cause)
+    }
+}
+
+/// Shortens the resolver's error for `QueueToolError.masterNotFound`.
+enum SentinelToolText {
+    static func cause(_ error: RedisError) -> String {
+        switch error {
+        case .connectFailed(let message), .connectionLost(let message), .protocolError(let message), .server(let message):
+            return message
+        case .authenticationFailed, .invalidURL:
+            return error.description
+        }
     }
 }
 

@@ -19,6 +19,8 @@ public enum QueueToolError: Error, CustomStringConvertible, Sendable, Equatable 
     case interrupted
     /// An argument the tool cannot use.
     case invalidArgument(String)
+    /// The sentinels named no master that could be reached and says it is one.
+    case masterNotFound(sentinel: String, cause: String)
 
     public var description: String {
         switch self {
@@ -44,6 +46,20 @@ public enum QueueToolError: Error, CustomStringConvertible, Sendable, Equatable 
             return "interrupted"
         case .invalidArgument(let message):
             return message
+        case .masterNotFound(let sentinel, let cause):
+            return "cannot find the Redis master \(sentinel) (\(cause)). Check --sentinel (host:port of each sentinel, "
+                + "HERALD_SENTINEL) and --sentinel-master (the name in the sentinels' `sentinel monitor` line, HERALD_SENTINEL_MASTER)."
         }
+    }
+}
+
+extension QueueToolError {
+    /// The sentinels' failure worded for the operator: which master, via which sentinels, and
+    /// what each sentinel answered.
+    public static func masterNotFound(_ sentinel: SentinelConfiguration, _ error: RedisError) -> QueueToolError {
+        if case .authenticationFailed(let message) = error {
+            return .authenticationFailed(endpoint: "the master named by Sentinel", message: message)
+        }
+        return .masterNotFound(sentinel: sentinel.summary, cause: SentinelToolText.cause(error))
     }
 }

@@ -113,6 +113,9 @@ public final class RedisConnection: IOHandler, TickObserver {
     public let loop: EventLoop
     public let endpoint: RedisEndpoint
     public weak var delegate: (any RedisConnectionDelegate)?
+    /// Gets replies that no command is waiting for: the messages of a `SUBSCRIBE`d connection.
+    /// Nil (everywhere but the Sentinel watcher): such a reply is a protocol error.
+    public var onUnsolicitedReply: ((RedisReply) -> Void)?
     public private(set) var isReady = false
     private var fd: Int32 = -1
     private var connecting = false
@@ -568,8 +571,14 @@ public final class RedisConnection: IOHandler, TickObserver {
             answered = true
             defer { tape.reset() }
             guard completionHead < completions.count else {
-                fail(.protocolError("a reply nobody asked for"))
-                return false
+                // Pub/sub messages (Sentinel's +switch-master) arrive unasked; elsewhere it is a fault.
+                guard let onUnsolicitedReply else {
+                    fail(.protocolError("a reply nobody asked for"))
+                    return false
+                }
+                onUnsolicitedReply(tape.reply())
+                if closed { return false }
+                continue
             }
             let completion = completions[completionHead]
             completions[completionHead] = .reply(nil)

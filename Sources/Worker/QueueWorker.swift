@@ -35,6 +35,16 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     /// queue goes to the worker's one Redis unless replaced (before `start`), e.g. by a router that
     /// knows which Redis Cluster node owns the queue's `{queue}` hash slot.
     public var endpointForQueue: (QueueKeys) -> RedisEndpoint
+    /// Set with `--sentinel`: every (re)connect of a queue asks it where the master is now (then
+    /// `endpointForQueue` is not asked). One resolution at a time serves every queue waiting.
+    private let sentinel: RedisSentinelResolver?
+    private var resolving = false
+    private var awaitingMaster: [QueueChannel] = []
+    /// `+switch-master` announcements: when the last was checked (loop time, ms), a check under
+    /// way, and one postponed to a second after the last.
+    private var lastSwitchCheckAt: Int64?
+    private var checkingSwitch = false
+    private var switchCheckTimer: EventLoop.TimerID?
     private let time: TimeSource
     private var logger: Logger
     /// The delivery rules: every job's state and outcome.
@@ -85,21 +95,24 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
 
     /// A single-app worker: jobs without an `app` field (or `app` = `default`) use `pool`.
     public convenience init(loop: EventLoop, configuration: WorkerConfiguration, pool: ConnectionPool, redis: RedisEndpoint,
-                            time: TimeSource = .system, logger: Logger) {
+                            sentinel: SentinelConfiguration? = nil, time: TimeSource = .system, logger: Logger) {
         self.init(loop: loop, configuration: configuration,
                   apps: [WorkerApp(name: WorkerApp.defaultName, pool: pool, defaults: configuration.defaults)],
-                  redis: redis, time: time, logger: logger)
+                  redis: redis, sentinel: sentinel, time: time, logger: logger)
     }
 
     /// A worker for several apps; a job names its app with the `app` field (default `default`).
+    /// With `sentinel`, `redis` gives only the credentials and database: the master's address
+    /// comes from the sentinels, again after every connection loss and failover.
     public init(loop: EventLoop, configuration: WorkerConfiguration, apps: [WorkerApp], redis: RedisEndpoint,
-                time: TimeSource = .system, logger: Logger) {
+                sentinel: SentinelConfiguration? = nil, time: TimeSource = .system, logger: Logger) {
         precondition(!apps.isEmpty, "a worker needs at least one app")
         precondition(!configuration.queues.isEmpty, "a worker needs at least one queue")
         self.loop = loop
         self.configuration = configuration
         lanes = apps.map { AppLane(app: $0, queue: configuration.keys.queue) }
         endpointForQueue = { _ in redis }
+        self.sentinel = sentinel.map { RedisSentinelResolver(loop: loop, configuration: $0, base: redis) }
         self.time = time
         self.logger = logger
         self.logger[metadataKey: "consumer"] = "\(configuration.consumer)"
@@ -124,6 +137,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     public func start() {
         phase = .running
         for lane in lanes { lane.pool.start() }
+        sentinel?.watch(logger: { [weak self] message in self?.logger.warning("\(message)") }) { [weak self] master in
+            self?.masterSwitched(to: master)
+        }
         for channel in channels { connectRedis(channel) }
         scheduleRetryPromotion()
         scheduleClaim()
@@ -163,6 +179,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         guard phase != .stopped else { return }
         phase = .stopped
         if let drainTimer { loop.cancel(drainTimer) }
+        if let switchCheckTimer { loop.cancel(switchCheckTimer) }
+        sentinel?.stopWatching()
         for lane in lanes { lane.pool.stop() }
         for channel in channels { channel.close(loop: loop) }
         logger.info("stopped", metadata: ["accepted": "\(rules.counters.accepted)", "jobs_finished": "\(rules.counters.jobsFinished)"])
@@ -230,7 +248,114 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         if let groupRetry = channel.groupRetry { loop.cancel(groupRetry) }
         channel.groupRetry = nil
         guard phase == .running || phase == .draining else { return }
-        let endpoint = endpointForQueue(channel.keys)
+        guard sentinel != nil else {
+            connectPair(channel, to: endpointForQueue(channel.keys))
+            return
+        }
+        // Where is the master now? Asked before every connect, so a failover is followed even
+        // when the +switch-master message was missed.
+        if !awaitingMaster.contains(where: { $0 === channel }) { awaitingMaster.append(channel) }
+        resolveMaster()
+    }
+
+    /// One resolution for every queue waiting to connect.
+    private func resolveMaster() {
+        guard let sentinel, !resolving, !awaitingMaster.isEmpty else { return }
+        resolving = true
+        checkingSwitch = false  // this resolution replaces a check under way
+        sentinel.resolve { [weak self] result in
+            guard let self else { return }
+            self.resolving = false
+            let waiting = self.awaitingMaster
+            self.awaitingMaster.removeAll()
+            guard self.phase == .running || self.phase == .draining else { return }
+            switch result {
+            case .success(let master):
+                if waiting.contains(where: { $0.endpoint != master }) {
+                    self.logger.notice("Sentinel names the Redis master", metadata: ["redis": "\(master)", "sentinel": "\(sentinel.configuration.summary)"])
+                }
+                for channel in waiting where channel.reader == nil && channel.writer == nil { self.connectPair(channel, to: master) }
+            case .failure(let error):
+                for channel in waiting where channel.reader == nil && channel.writer == nil {
+                    channel.redisErrors += 1
+                    self.scheduleReconnect(channel, after: error)
+                }
+            }
+        }
+    }
+
+    /// A failover the watched sentinel announced. It is only a hint: the sentinels are asked
+    /// again (and the master's `ROLE`), and the queues' connections move, at once and without
+    /// backoff, only when the master they name now differs from the current one. A sentinel that
+    /// announces failovers in a loop (gone wrong, or hostile) costs at most one such check a
+    /// second, and never a dropped connection while the master stays where it is.
+    private func masterSwitched(to master: RedisEndpoint) {
+        guard phase == .running || phase == .draining else { return }
+        if channels.allSatisfy({ $0.endpoint == master && $0.writer?.isReady == true }) { return }  // already there
+        // A connect under way asks the sentinels anyway; so does a check under way or postponed.
+        if resolving || checkingSwitch || switchCheckTimer != nil { return }
+        if let last = lastSwitchCheckAt, loop.now - last < 1_000 {
+            switchCheckTimer = loop.schedule(afterMilliseconds: last + 1_000 - loop.now) { [weak self] in
+                self?.switchCheckTimer = nil
+                self?.checkAnnouncedSwitch()
+            }
+            return
+        }
+        checkAnnouncedSwitch()
+    }
+
+    private func checkAnnouncedSwitch() {
+        guard phase == .running || phase == .draining, let sentinel, !resolving, !checkingSwitch else { return }
+        lastSwitchCheckAt = loop.now
+        checkingSwitch = true
+        sentinel.resolve { [weak self] result in
+            guard let self else { return }
+            self.checkingSwitch = false
+            guard self.phase == .running || self.phase == .draining, !self.resolving,
+                  case .success(let master) = result else { return }  // the pairs stay; a dead server fails them by itself
+            for channel in self.channels {
+                if channel.endpoint == master, channel.reader != nil { continue }  // not moved (or already followed)
+                channel.logger.warning("Sentinel announced a failover; moving to the new master",
+                                       metadata: ["from": "\(channel.endpoint.map { "\($0)" } ?? "")", "to": "\(master)"])
+                self.dropRedisPair(channel)
+                if let reconnectTimer = channel.reconnectTimer { self.loop.cancel(reconnectTimer) }
+                channel.reconnectTimer = nil
+                channel.failures = 0
+                self.connectPair(channel, to: master)
+            }
+        }
+    }
+
+    /// Closes the queue's connections without hearing of it (their pending commands fail as
+    /// lost: unconfirmed outcome batches are written again after the next connect).
+    private func dropRedisPair(_ channel: QueueChannel) {
+        let pair = [channel.reader, channel.writer]
+        channel.reader = nil
+        channel.writer = nil
+        for connection in pair {
+            connection?.delegate = nil
+            connection?.close()
+        }
+        channel.readInFlight = false
+        channel.pendingReadInFlight = false
+        channel.confirmedDuringPendingRead.removeAll()
+        channel.claimInFlight = false
+        channel.groupReady = false
+    }
+
+    /// Redis answered as a server that cannot take writes (a replica after a failover, one
+    /// loading its data, a master short of replicas) or refused an outcome batch: the queue
+    /// reconnects (asking Sentinel again when configured) with backoff, instead of sending the
+    /// same command to it again.
+    private func notWritableMaster(_ channel: QueueChannel, _ message: String) {
+        guard channel.reader != nil || channel.writer != nil else { return }  // already reconnecting
+        channel.redisErrors += 1
+        dropRedisPair(channel)
+        guard phase == .running || phase == .draining else { return }
+        scheduleReconnect(channel, after: .server(message))
+    }
+
+    private func connectPair(_ channel: QueueChannel, to endpoint: RedisEndpoint) {
         channel.endpoint = endpoint
         let reader = RedisConnection(loop: loop, endpoint: endpoint)
         let writer = RedisConnection(loop: loop, endpoint: endpoint)
@@ -239,6 +364,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         channel.reader = reader
         channel.writer = writer
         channel.readInFlight = false
+        channel.pendingReadInFlight = false
+        channel.confirmedDuringPendingRead.removeAll()
         channel.claimInFlight = false
         channel.groupReady = false
         reader.connect()
@@ -253,10 +380,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     public func redisConnectionIsReady(_ connection: RedisConnection) {
         guard let channel = channel(of: connection), let reader = channel.reader, let writer = channel.writer,
               reader.isReady, writer.isReady else { return }
-        if channel.failures > 0 {
-            channel.logger.info("Redis connection restored", metadata: ["redis": "\(channel.endpoint.map { "\($0)" } ?? "")"])
-        }
-        channel.failures = 0
+        // The failure count is reset once the group is in place (`ensureGroup`): a replica accepts
+        // the connection and refuses XGROUP, which must keep backing off.
         ensureGroup(channel, replayingUnconfirmed: true)
     }
 
@@ -270,8 +395,15 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         other?.delegate = nil
         other?.close()
         channel.readInFlight = false
+        channel.pendingReadInFlight = false
+        channel.confirmedDuringPendingRead.removeAll()
         channel.claimInFlight = false
         guard phase == .running || phase == .draining else { return }
+        scheduleReconnect(channel, after: error)
+    }
+
+    /// Backs off before the queue's next connect: 1 s, 2 s, 4 s … up to a minute.
+    private func scheduleReconnect(_ channel: QueueChannel, after error: RedisError) {
         channel.failures += 1
         let failures = channel.failures
         let delay = Backoff.reconnect.delayMilliseconds(afterFailures: failures, using: &random)
@@ -298,6 +430,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         channel.writer?.send(["XGROUP", "CREATE", keys.jobs, keys.group, "0", "MKSTREAM"]) { [weak self, weak channel] result in
             guard let self, let channel else { return }
             switch result {
+            case .success(.error(let message)) where RedisSentinelResolver.meansNotWritableMaster(message):
+                self.notWritableMaster(channel, message)
+                return
             case .success(.error(let message)) where !message.hasPrefix("BUSYGROUP"):
                 // Reading without the group would only answer NOGROUP and ask to create it again,
                 // at once: try again later, longer each time (NOPERM, LOADING, a key of another type).
@@ -312,10 +447,14 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 break
             }
             channel.groupFailures = 0
-            channel.groupReady = true
             if replayingUnconfirmed {
-                for batch in self.rules.redisReconnected(queue: channel.index) { self.write(batch) }
+                if channel.failures > 0 {
+                    channel.logger.info("Redis connection restored", metadata: ["redis": "\(channel.endpoint.map { "\($0)" } ?? "")"])
+                }
+                channel.failures = 0
             }
+            channel.groupReady = true
+            if replayingUnconfirmed { self.replayUnconfirmed(channel) }
             channel.recoveringPending = true
             channel.pendingCursor = "0"
             self.maybeRead()
@@ -342,7 +481,71 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         return ["fix": "give the worker's Redis ACL user the permission (docs/operations.md, \"Redis ACL users\"); the worker retries with a backoff"]
     }
 
+    /// Writes again the queue's outcome batches Redis never confirmed, minus the entries it no
+    /// longer holds as pending: those were acknowledged, so their batch ran (MULTI/EXEC is all or
+    /// nothing) and only its answer was lost with the connection; writing it again would add
+    /// their dead letters or feedback entries twice. Entries stay held until their batch is
+    /// confirmed. Only after a reconnect: one XPENDING per entry, pipelined.
+    private func replayUnconfirmed(_ channel: QueueChannel) {
+        let batches = rules.redisReconnected(queue: channel.index)
+        guard let writer = channel.writer, !batches.isEmpty else { return }
+        let keys = channel.keys
+        var acknowledged = Set<StreamEntryID>()
+        var remaining = batches.reduce(0) { $0 + $1.entries.count }
+        var failed = false
+        let replay = { [weak self, weak channel] in
+            guard let self, let channel, !failed else { return }
+            for batch in batches {
+                let entries = batch.entries.filter { !acknowledged.contains($0.entryID) }
+                if entries.isEmpty {
+                    self.rules.confirmed(batch.sequence)
+                } else {
+                    self.write(entries.count == batch.entries.count ? batch
+                               : OutcomeBatch(sequence: batch.sequence, entries: entries, queue: batch.queue))
+                }
+            }
+            if !acknowledged.isEmpty {
+                channel.logger.info("outcome batches Redis ran before the connection was lost are not written again",
+                                    metadata: ["entries": "\(acknowledged.count)"])
+            }
+            if self.phase == .draining { self.checkDrained() }
+        }
+        guard remaining > 0 else { replay(); return }
+        for batch in batches {
+            for entry in batch.entries {
+                let id = entry.entryID
+                writer.send(argumentCount: 6, { builder in
+                    builder.add("XPENDING"); builder.add(keys.jobs); builder.add(keys.group)
+                    builder.add(entryMilliseconds: id.milliseconds, sequence: id.sequence)
+                    builder.add(entryMilliseconds: id.milliseconds, sequence: id.sequence)
+                    builder.add(integer: 1)
+                }) { result in
+                    switch result {
+                    case .success(.array(let rows)) where rows.isEmpty: acknowledged.insert(id)
+                    case .success: break  // pending, or an error reply (NOGROUP): written again, as before
+                    case .failure: failed = true  // the connection went: the next one replays them all
+                    }
+                    remaining -= 1
+                    if remaining == 0 { replay() }
+                }
+            }
+        }
+    }
+
+    /// Whether `message` makes the queue reconnect (`notWritableMaster`) rather than go on.
+    private static func meansReconnect(_ message: String) -> Bool {
+        RedisSentinelResolver.meansNotWritableMaster(message) || message.hasPrefix("EXECABORT")
+    }
+
     private func handleRedisError(_ message: String, channel: QueueChannel) {
+        if QueueWorker.meansReconnect(message) {
+            // EXECABORT: a command of the outcome batch was refused while queued (READONLY after a
+            // failover, NOREPLICAS, OOM); the batch is written again after reconnecting.
+            notWritableMaster(channel, message.hasPrefix("EXECABORT")
+                ? message + " (Redis refused a write of the outcome batch: READONLY after a failover, NOREPLICAS, OOM …; its log says which)"
+                : message)
+            return
+        }
         channel.redisErrors += 1
         if message.hasPrefix("NOGROUP") {
             // Redis lost the stream or group (restart without data): recreate it and go on.
@@ -433,6 +636,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     private func read(_ channel: QueueChannel, count: Int) {
         guard let reader = channel.reader else { return }
         channel.readInFlight = true
+        channel.pendingReadInFlight = channel.recoveringPending
         let keys = channel.keys
         let id = channel.recoveringPending ? channel.pendingCursor : ">"
         var arguments: [String] = ["XREADGROUP", "GROUP", keys.group, configuration.consumer, "COUNT", String(count)]
@@ -442,6 +646,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         reader.sendRaw(arguments) { [weak self, weak channel] result in
             guard let self, let channel else { return }
             channel.readInFlight = false
+            let finishedMeanwhile = channel.confirmedDuringPendingRead
+            channel.pendingReadInFlight = false
+            channel.confirmedDuringPendingRead.removeAll()
             switch result.map({ tape in
                 let read = RedisReplyReader.readEntries(tape: tape)
                 if case .success(let entries) = read { channel.noteReply(bytes: tape.byteCount, entries: entries.count) }
@@ -453,6 +660,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 if case .server(let message) = error {
                     self.handleRedisError(message, channel: channel)
                     if message.hasPrefix("NOGROUP") { break }  // recreated; read again at once
+                    if QueueWorker.meansReconnect(message) { break }  // reconnecting, with backoff
                 }
                 // WRONGTYPE, NOPERM, an unreadable reply: this queue waits, longer each time,
                 // instead of asking again at once; the other queues read on.
@@ -474,7 +682,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                     channel.recoveringPending = true
                     channel.pendingCursor = deferredAfter.description
                 }
-                self.take(entries, queue: channel.index, deliveries: nil)
+                self.take(finishedMeanwhile.isEmpty ? entries : entries.filter { !finishedMeanwhile.contains($0.id) },
+                          queue: channel.index, deliveries: nil)
             }
             self.maybeRead()
         }
@@ -613,6 +822,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             switch result {
             case .success(.array(let replies)):
                 for reply in replies { if case .error(let message) = reply { self.handleRedisError(message, channel: channel) } }
+                if channel.pendingReadInFlight {
+                    for entry in batch.entries { channel.confirmedDuringPendingRead.insert(entry.entryID) }
+                }
                 self.rules.confirmed(batch.sequence)
                 if self.phase == .draining { self.checkDrained() }
             case .success(.error(let message)):
@@ -746,6 +958,13 @@ final class QueueChannel {
     var redisErrors = 0
     var reconnectTimer: EventLoop.TimerID?
     var readInFlight = false
+    /// Set while a read of the pending list (not `>`) is in flight. Entries whose outcome batch
+    /// Redis confirms meanwhile go into `confirmedDuringPendingRead`: the read and the batch travel
+    /// on two connections, so the read may have run first, and such entries in its reply were
+    /// finished, not new work (after a reconnect, taking them again sent them twice and wrote
+    /// their dead letters twice).
+    var pendingReadInFlight = false
+    var confirmedDuringPendingRead: Set<StreamEntryID> = []
     var recoveringPending = true
     var pendingCursor = "0"
     var groupReady = false

@@ -28,6 +28,8 @@ struct EnqueueCommand: ParsableCommand {
     @Option(help: "apns-id (canonical lowercase UUID); derived from the entry when absent.") var id: String?
     @Option(help: "How many copies to add (trials and benchmarks).") var count = 1
     @Option(name: .customLong("distinct-tokens"), help: "With --count: vary the last bytes of --token so copies go to this many distinct tokens.") var distinctTokens: Int?
+    @Option(name: .customLong("wait-replicas"), help: "After adding, wait until this many replicas hold the jobs (Redis WAIT), so that a failover cannot lose them; exits 1 when fewer confirm in time, the jobs being added all the same (default 0: do not wait).") var waitReplicas: Int?
+    @Option(name: .customLong("wait-timeout"), help: "Milliseconds --wait-replicas waits for the replicas, 1 to 60000 (default 1000).") var waitTimeout: Int?
 
     func run() throws {
         guard count >= 1 else { throw ValidationError("--count must be at least 1") }
@@ -54,14 +56,27 @@ struct EnqueueCommand: ParsableCommand {
         if id != nil && count > 1 {
             throw ValidationError("--id with --count would send one apns-id many times; leave --id out and Herald derives one per entry")
         }
+        let replicas = waitReplicas ?? 0
+        let waitMilliseconds = waitTimeout ?? 1000
+        guard (0...100).contains(replicas) else { throw ValidationError("--wait-replicas must be 0 to 100, not \(replicas)") }
+        guard (1...60_000).contains(waitMilliseconds) else { throw ValidationError("--wait-timeout must be 1 to 60000 ms, not \(waitMilliseconds)") }
         if queueOptions.queues != nil || environmentValue("QUEUES") != nil {
             throw ValidationError("herald enqueue adds to one queue (--queue) or to shards (--shards N), not to a --queues list")
         }
         let queues = try queueOptions.queueKeys()
         let sharded = try (queueOptions.shards ?? intEnvironment("SHARDS")) != nil
         let keys = queues[0]
-        let endpoint = try queueOptions.endpoint()
+        let (configured, sentinel) = try queueOptions.target()
         let loop = try EventLoop()
+        var endpoint = configured
+        if let sentinel {
+            let resolver = RedisSentinelResolver(loop: loop, configuration: sentinel, base: configured)
+            switch resolver.resolveTurningLoop() {
+            case .success(let master): endpoint = master
+            case .failure(let error): throw ValidationError(QueueToolError.masterNotFound(sentinel, error).description)
+            case nil: throw ValidationError("interrupted")
+            }
+        }
         let connection = RedisConnection(loop: loop, endpoint: endpoint)
         // A fan-out job is split by shard: each shard's worker gets the tokens that hash to it.
         let jobs = sharded ? EnqueueCommand.splitByShard(fields, shards: queues.count) : [fields]
@@ -90,6 +105,37 @@ struct EnqueueCommand: ParsableCommand {
             print(first)
         } else {
             print("enqueued \(enqueue.added) jobs to \(keys.jobs) in \(formatSeconds(Double(elapsed) / 1000)) s")
+        }
+        if replicas > 0 {
+            try EnqueueCommand.waitForReplicas(replicas, milliseconds: waitMilliseconds, connection: connection, loop: loop, added: enqueue.added)
+        }
+    }
+
+    /// `WAIT replicas milliseconds` after the XADDs: Redis answers how many replicas acknowledged
+    /// every write of this connection so far. Fewer than asked is an error after the fact (the
+    /// jobs are in the master's stream): a failover before the replicas catch up could lose them.
+    static func waitForReplicas(_ replicas: Int, milliseconds: Int, connection: RedisConnection, loop: EventLoop, added: Int) throws {
+        var answer: Result<RedisReply, RedisError>? = nil
+        connection.send(["WAIT", String(replicas), String(milliseconds)]) { result in
+            answer = result
+            loop.stop()
+        }
+        while answer == nil { loop.run() }
+        switch answer {
+        case .success(.integer(let confirmed)) where confirmed >= replicas:
+            return
+        case .success(.integer(let confirmed)):
+            throw ValidationError("\(added) jobs were added, but only \(confirmed) of \(replicas) replicas confirmed them within "
+                + "\(milliseconds) ms: until they do, a failover can lose them. Check the replicas (INFO replication on the master) "
+                + "or raise --wait-timeout.")
+        case .success(.error(let message)):
+            throw ValidationError("\(added) jobs were added, but Redis refused WAIT: \(message)")
+        case .success(let other):
+            throw ValidationError("\(added) jobs were added, but WAIT answered \(other)")
+        case .failure(let error):
+            throw ValidationError("\(added) jobs were added, but the connection failed during WAIT: \(error)")
+        case nil:
+            throw ValidationError("interrupted")
         }
     }
 

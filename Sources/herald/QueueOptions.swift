@@ -23,6 +23,15 @@ struct QueueOptions: ParsableArguments {
     @Option(help: "Queue name: keys are herald:{QUEUE}:jobs, :retry, :dead, :feedback (env HERALD_QUEUE; default default). With --shards, the shards' base name.")
     var queue: String?
 
+    @Option(help: "Redis Sentinel addresses, host:port,host:port (env HERALD_SENTINEL; none by default; the port defaults to 26379). Herald asks them for the master --sentinel-master names and follows failovers. Replaces the host of --redis: with --sentinel, --redis may give only the user and database (redis://herald:@/2).")
+    var sentinel: String?
+
+    @Option(name: .customLong("sentinel-master"), help: "The master's name in the sentinels' `sentinel monitor` line (env HERALD_SENTINEL_MASTER; required with --sentinel).")
+    var sentinelMaster: String?
+
+    @Option(name: .customLong("sentinel-password-file"), help: "A file holding the sentinels' own password, their requirepass (env HERALD_SENTINEL_PASSWORD_FILE, or HERALD_SENTINEL_PASSWORD holding it; none by default). Separate from the Redis password.")
+    var sentinelPasswordFile: String?
+
     @Option(help: "Several queues, comma-separated, e.g. a,b,c (env HERALD_QUEUES; default: --queue alone). Excludes --queue and --shards.")
     var queues: String?
 
@@ -33,12 +42,46 @@ struct QueueOptions: ParsableArguments {
     /// HERALD_REDIS_PASSWORD_FILE, HERALD_REDIS_PASSWORD, the config file's `redis_password_file`
     /// (`configPasswordFile`), the URL.
     func endpoint(configPasswordFile: String? = nil, configTLS: RedisTLS? = nil) throws -> RedisEndpoint {
-        let url = redis ?? environmentValue("REDIS") ?? "redis://127.0.0.1:6379"
+        try target(configPasswordFile: configPasswordFile, configTLS: configTLS).endpoint
+    }
+
+    /// The Redis endpoint (with `sentinel`: only its credentials and database) and the Sentinel
+    /// settings, each from flags, then HERALD_* variables, then the config file's values (which
+    /// `herald worker` copies into these options), then defaults. A Redis host and a sentinel
+    /// list together are refused: the sentinels say where the master is. With a `rediss://` URL
+    /// the endpoint carries the TLS files (`configTLS`: the config file's), so the master the
+    /// sentinels name is reached over TLS too.
+    func target(configPasswordFile: String? = nil, configSentinelPasswordFile: String? = nil, configTLS: RedisTLS? = nil)
+        throws -> (endpoint: RedisEndpoint, sentinel: SentinelConfiguration?) {
+        let sentinelList = sentinel ?? environmentValue("SENTINEL")
+        let masterName = sentinelMaster ?? environmentValue("SENTINEL_MASTER")
+        let urlGiven = redis ?? environmentValue("REDIS")
+        var sentinelConfiguration: SentinelConfiguration? = nil
         var endpoint: RedisEndpoint
-        do {
-            endpoint = try RedisEndpoint(url: url)
-        } catch {
-            throw ValidationError(error.description)
+        if sentinelList != nil || masterName != nil {
+            guard let sentinelList, let masterName else {
+                throw ValidationError(sentinelList == nil
+                    ? "--sentinel-master (HERALD_SENTINEL_MASTER) needs --sentinel host:port,host:port (HERALD_SENTINEL): the sentinels to ask for it"
+                    : "--sentinel (HERALD_SENTINEL) needs --sentinel-master NAME (HERALD_SENTINEL_MASTER): the name in the sentinels' `sentinel monitor NAME ...` line")
+            }
+            do {
+                sentinelConfiguration = try SentinelConfiguration(list: sentinelList, masterName: masterName)
+            } catch {
+                guard case .invalidURL(let problem) = error else { throw ValidationError(error.description) }
+                throw ValidationError("invalid --sentinel or --sentinel-master (HERALD_SENTINEL, HERALD_SENTINEL_MASTER): \(problem)")
+            }
+            do {
+                endpoint = try SentinelConfiguration.masterEndpoint(url: urlGiven)
+            } catch {
+                throw ValidationError(error.description)
+            }
+            sentinelConfiguration?.password = try SentinelPassword.resolve(flagFile: sentinelPasswordFile, configFile: configSentinelPasswordFile)
+        } else {
+            do {
+                endpoint = try RedisEndpoint(url: urlGiven ?? "redis://127.0.0.1:6379")
+            } catch {
+                throw ValidationError(error.description)
+            }
         }
         if redis != nil && endpoint.password != nil {
             printWarning("the Redis password in --redis is visible to every local user (ps, /proc/PID/cmdline); "
@@ -51,7 +94,7 @@ struct QueueOptions: ParsableArguments {
                              certificateFile: redisCert ?? environmentValue("REDIS_CERT") ?? configTLS?.certificateFile,
                              keyFile: redisKey ?? environmentValue("REDIS_KEY") ?? configTLS?.keyFile)
         endpoint.tls = try RedisTLSOptions.resolve(files, secure: endpoint.tls != nil)
-        return endpoint
+        return (endpoint, sentinelConfiguration)
     }
 
     func keys() -> QueueKeys {
@@ -89,6 +132,24 @@ struct QueueOptions: ParsableArguments {
             throw ValidationError("herald \(command) works on one queue at a time: give --queue NAME (one of \(all.map(\.queue).joined(separator: ", ")))")
         }
         return all[0]
+    }
+}
+
+/// Where the sentinels' password comes from: --sentinel-password-file, HERALD_SENTINEL_PASSWORD_FILE,
+/// HERALD_SENTINEL_PASSWORD, the config file's `sentinel_password_file`.
+enum SentinelPassword {
+    static func resolve(flagFile: String?, configFile: String?,
+                        environment: (String) -> String? = environmentValue) throws -> String? {
+        if let path = flagFile ?? environment("SENTINEL_PASSWORD_FILE") { return try read(path) }
+        if let password = environment("SENTINEL_PASSWORD") { return password }
+        if let path = configFile { return try read(path) }
+        return nil
+    }
+
+    private static func read(_ path: String) throws -> String {
+        let password = try readSecretFile(path, warn: printWarning)
+        guard !password.isEmpty else { throw ValidationError("the sentinel password file \(path) is empty") }
+        return password
     }
 }
 

@@ -162,6 +162,7 @@ extension QueueOptions {
     /// A blocking client for the queue tools; the first command reports an unreachable Redis
     /// with its URL (password hidden) and how to point --redis elsewhere.
     func blockingClient() throws -> BlockingRedisClient {
-        try BlockingRedisClient(endpoint: endpoint())
+        let (endpoint, sentinel) = try target()
+        return try BlockingRedisClient(endpoint: endpoint, sentinel: sentinel)
     }
 }

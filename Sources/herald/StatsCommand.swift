@@ -26,15 +26,14 @@ struct StatsCommand: ParsableCommand {
     }
 
     func run() throws {
-        let endpoint = try queueOptions.endpoint()
-        let redis = try BlockingRedisClient(endpoint: endpoint)
+        let redis = try queueOptions.blockingClient()
         let inspector = QueueInspector(redis: redis)
         let names = allQueues ? try inspector.discoverQueues() : try queueOptions.queueKeys().map(\.queue)
         let stats = try names.map { try inspector.stats(keys: QueueKeys(queue: $0)) }
         if json {
-            print(StatsCommand.json(stats, redis: endpoint.description).rendered())
+            print(StatsCommand.json(stats, redis: redis.endpoint.description).rendered())
         } else if stats.isEmpty {
-            print("no queues in \(endpoint): no key matches \(QueueKeys.defaultPrefix):{*}:jobs")
+            print("no queues in \(redis.endpoint): no key matches \(QueueKeys.defaultPrefix):{*}:jobs")
         } else {
             print(StatsCommand.text(stats))
         }

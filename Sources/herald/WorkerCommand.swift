@@ -50,8 +50,10 @@ struct WorkerCommand: ParsableCommand {
                                     format: logFormat ?? environmentValue("LOG_FORMAT") ?? file?.logFormat)
         var queueSettings = queueOptions
         if queueSettings.redis == nil && environmentValue("REDIS") == nil { queueSettings.redis = file?.redis }
-        let endpoint = try queueSettings.endpoint(
-            configPasswordFile: file?.redisPasswordFile,
+        if queueSettings.sentinel == nil && environmentValue("SENTINEL") == nil { queueSettings.sentinel = file?.sentinel }
+        if queueSettings.sentinelMaster == nil && environmentValue("SENTINEL_MASTER") == nil { queueSettings.sentinelMaster = file?.sentinelMaster }
+        let (endpoint, sentinel) = try queueSettings.target(
+            configPasswordFile: file?.redisPasswordFile, configSentinelPasswordFile: file?.sentinelPasswordFile,
             configTLS: file.map { RedisTLS(caFile: $0.redisCAFile, certificateFile: $0.redisCert, keyFile: $0.redisKey) })
         let queues = try queueSettings.queueKeys(file: file)
         let apps = try resolveApps(file: file)
@@ -143,7 +145,8 @@ struct WorkerCommand: ParsableCommand {
                         pool.credentialsReloader = app.credentials?.reloader
                         workerApps.append(WorkerApp(name: app.name, pool: pool, defaults: app.defaults))
                     }
-                    let worker = QueueWorker(loop: thread.loop, configuration: consumerConfig, apps: workerApps, redis: endpoint, logger: threadLogger)
+                    let worker = QueueWorker(loop: thread.loop, configuration: consumerConfig, apps: workerApps, redis: endpoint,
+                                             sentinel: sentinel, logger: threadLogger)
                     let publisher = WorkerMetrics(metrics: metrics, health: health, loopIndex: index, worker: worker)
                     worker.onStopped = {
                         publisher.stop()
@@ -161,7 +164,7 @@ struct WorkerCommand: ParsableCommand {
         }
         for app in apps {
             logger.info("worker started", metadata: [
-                "queue": "\(queues.map(\.queue).joined(separator: ","))", "redis": "\(endpoint)", "app": "\(app.name)", "apns": "\(app.pool.host):\(app.pool.port)",
+                "queue": "\(queues.map(\.queue).joined(separator: ","))", "redis": "\(sentinel.map { "sentinel \($0.summary)" } ?? endpoint.description)", "app": "\(app.name)", "apns": "\(app.pool.host):\(app.pool.port)",
                 "auth": "\(app.credentials == nil ? "certificate" : "token")", "threads": "\(threadCount)",
                 "connections": "\(app.pool.connections)", "max_streams": "\(app.pool.maxStreams)",
             ])

@@ -137,6 +137,9 @@ extension IntegrationTests {
                 #expect(acknowledged == .integer(20), "\(acknowledged)")
                 let claimed = try await backend.send(["XAUTOCLAIM", bed.keys.feedback, "backend", "app-1", "60000", "0"])
                 #expect(!claimed.isError, "\(claimed)")
+                // ROLE, which Herald asks of the master the sentinels name (--sentinel).
+                let role = try await backend.send(["ROLE"])
+                #expect(role.array?.first?.string == "master", "\(role)")
                 // And it cannot touch the jobs: reading them is not among its rights.
                 let peek = try await backend.send(["XRANGE", bed.keys.jobs, "-", "+"])
                 #expect(peek.isError && (peek.string ?? "\(peek)").contains("NOPERM"), "\(peek)")
