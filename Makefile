@@ -9,6 +9,9 @@
 #   make bench-compare  h2load vs Herald's worker vs aioapns, latency sweep, 1 vs 2 workers (Benchmarks/compare.sh)
 #   make bench-micro micro-benchmarks (Benchmarks/Package.swift, package-benchmark: time, mallocs)
 #   make fuzz        libFuzzer targets (Tests/Fuzz), FUZZ_SECONDS each (default 60); fails on a crash
+#   make api-fuzz    schemathesis (PyPI, in .build/api-fuzz-venv) against docs/api.openapi.yaml and a real
+#                    `herald api` on a private redis-server; API_FUZZ_EXAMPLES per operation (default 100)
+#   make bench-api   batch POST throughput of `herald api` with h2load (Benchmarks/api-throughput.sh)
 #   make sanitize    the unit and integration tests under AddressSanitizer (.build-asan)
 #   make alerts-test the Prometheus alert rules: promtool check and unit tests (Deploy/prometheus/alerts.test.yaml),
 #                    and Deploy/validate.py's static checks of the deployment files
@@ -35,7 +38,7 @@ DEB_PACKAGES := libnghttp2-dev libssl-dev libhiredis-dev redis-server nghttp2-cl
 # sudo only when not root (CI and the dev machines run as root).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps build release demo test matrix bench-send bench-compare bench-micro fuzz sanitize alerts-test clean
+.PHONY: deps build release demo test matrix bench-send bench-compare bench-micro fuzz api-fuzz bench-api sanitize alerts-test clean
 
 deps:
 	@missing=""; \
@@ -100,6 +103,16 @@ bench-micro: deps
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	FUZZ_SECONDS=$(FUZZ_SECONDS) SWIFT=$(SWIFT) bash Tests/Fuzz/fuzz.sh
+
+# schemathesis generates requests from docs/api.openapi.yaml and checks every answer against it
+# (status, headers, JSON schema, no 5xx); Tests/APIFuzz/api-fuzz.sh starts Redis and the API.
+API_FUZZ_EXAMPLES ?= 100
+api-fuzz: deps
+	$(SWIFT) build --product herald
+	API_FUZZ_EXAMPLES=$(API_FUZZ_EXAMPLES) bash Tests/APIFuzz/api-fuzz.sh
+
+bench-api: deps
+	bash Benchmarks/api-throughput.sh $(BENCH_ARGS)
 
 # The tests under AddressSanitizer, in a build folder of their own (.build-asan). The unit suites
 # run with LeakSanitizer too, the tests' own scaffolding suppressed

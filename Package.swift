@@ -30,6 +30,12 @@ let package = Package(
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
         // Tests only: random event sequences for the delivery rules' properties.
         .package(url: "https://github.com/x-sheep/swift-property-based", exact: "2.0.1"),
+        // `herald api`: the HTTP front door (Sources/HeraldAPI).
+        .package(url: "https://github.com/hummingbird-project/hummingbird", exact: "2.28.1"),
+        // Already in Hummingbird's graph; named here for NIOPosix (the API's Redis threads) and
+        // ServiceLifecycle (graceful shutdown; SIGHUP reloads the token file).
+        .package(url: "https://github.com/apple/swift-nio", exact: "2.101.3"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", exact: "2.13.0"),
     ],
     targets: [
         // C libraries from Debian, reached through pkg-config.
@@ -90,10 +96,26 @@ let package = Package(
         .target(
             name: "HeraldConfig", dependencies: [.product(name: "Yams", package: "Yams")],
             swiftSettings: swiftSettings),
+        // `herald api`: HTTP routes over the queue tools (enqueue, stats, dead letters, feedback),
+        // bearer-token auth, limits and its own metrics, on Hummingbird.
+        .target(
+            name: "HeraldAPI",
+            dependencies: [
+                "APNs", "Queue", "Transport", "Observability",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings),
         .executableTarget(
             name: "herald",
             dependencies: [
                 "APNs", "Transport", "MockAPNs", "Queue", "Worker", "Observability", "LoadGen", "HeraldConfig",
+                "HeraldAPI",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -113,7 +135,7 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["APNs", "Transport", "MockAPNs", "Queue", "Worker", "LoadGen"],
+            dependencies: ["APNs", "Transport", "MockAPNs", "Queue", "Worker", "LoadGen", "HeraldAPI"],
             swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]

@@ -216,3 +216,31 @@ struct UTF8Bytes {
         UInt8(truncatingIfNeeded: packed >> (8 * UInt32(index)))
     }
 }
+
+extension JSONScanner {
+    /// Calls `body` with each element of `array` in order. Throws if the array's text is
+    /// malformed; does nothing if `array` is not an array. (For `herald api`'s batches; the
+    /// worker's payload checks never walk arrays.)
+    public func forEachElement(of array: Value, _ body: (_ element: Value) -> Void) throws(SyntaxError) {
+        guard array.kind == .array, array.range.lowerBound >= 0, array.range.lowerBound < bytes.count,
+              bytes[array.range.lowerBound] == UInt8(ascii: "[") else { return }
+        var i = skipWhitespace(from: array.range.lowerBound + 1)
+        guard i < bytes.count else { throw SyntaxError(.unexpectedEnd, at: i) }
+        if bytes[i] == UInt8(ascii: "]") { return }
+        while true {
+            let value = try scanValue(at: i, depth: 1)
+            body(value)
+            i = skipWhitespace(from: value.range.upperBound)
+            guard i < bytes.count else { throw SyntaxError(.unexpectedEnd, at: i) }
+            switch bytes[i] {
+            case UInt8(ascii: ","):
+                i = skipWhitespace(from: i + 1)
+                if i < bytes.count, bytes[i] == UInt8(ascii: "]") { throw SyntaxError(.trailingComma, at: i) }
+            case UInt8(ascii: "]"):
+                return
+            default:
+                throw SyntaxError(.expectedCommaOrArrayEnd, at: i)
+            }
+        }
+    }
+}

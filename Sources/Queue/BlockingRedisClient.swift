@@ -102,6 +102,7 @@ public final class BlockingRedisClient: RedisCommandExecutor, RedisConnectionDel
     public func idle(milliseconds: Int64) throws {
         var done = false
         let loop = self.loop
+        loop.refreshNow()
         let timer = loop.schedule(afterMilliseconds: milliseconds) {
             done = true
             loop.stop()
@@ -143,6 +144,9 @@ public final class BlockingRedisClient: RedisCommandExecutor, RedisConnectionDel
                 if wait.remaining == 0 { loop.stop() }
             }
         }
+        // The loop's clock is read once per turn: after the client sat idle (the API's lanes wait
+        // between requests) it is stale, and the timeout would be due at once.
+        loop.refreshNow()
         let timer = loop.schedule(afterMilliseconds: timeoutMilliseconds) { [weak self] in
             guard wait.remaining > 0 else { return }
             wait.timedOut = true

@@ -8,11 +8,15 @@ public struct DeadLetterFilter: Sendable {
     public var ids: [StreamEntryID]?
     /// Keep only entries dead-lettered before this time (ms since the epoch).
     public var failedBefore: Int64?
+    /// Start the scan after this entry id (exclusive): the cursor of a paged listing (`herald api`).
+    /// Ignored with `ids`.
+    public var after: StreamEntryID?
 
-    public init(reasons: Set<String>? = nil, ids: [StreamEntryID]? = nil, failedBefore: Int64? = nil) {
+    public init(reasons: Set<String>? = nil, ids: [StreamEntryID]? = nil, failedBefore: Int64? = nil, after: StreamEntryID? = nil) {
         self.reasons = reasons
         self.ids = ids
         self.failedBefore = failedBefore
+        self.after = after
     }
 
     public func matches(_ letter: DeadLetter) -> Bool {
@@ -90,7 +94,7 @@ public final class DeadLetterTools {
         // newer letter, and must not be met (and requeued) again by the same scan.
         let newest = RedisReplyReader.entries(try redis.run(["XREVRANGE", .text(keys.dead), "+", "-", "COUNT", "1"])).first
         guard let end = newest?.id.description else { return [] }
-        var start = "-"
+        var start = filter.after.map { "(" + $0.description } ?? "-"
         while true {
             let reply = try redis.run(["XRANGE", .text(keys.dead), .text(start), .text(end), "COUNT", .integer(Int64(pageSize))])
             let records = RedisReplyReader.entries(reply)

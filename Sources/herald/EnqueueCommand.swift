@@ -44,14 +44,9 @@ struct EnqueueCommand: ParsableCommand {
         add(JobField.expiration, expiration)
         add(JobField.collapseID, collapseID)
         add(JobField.id, id)
-        // Validate as the worker will; a missing topic is the worker's to fill in from its bundle id.
-        let defaults = JobDefaults(bundleID: topic == nil ? "com.example.validation" : nil)
-        if case .failure(let error) = JobDecoder.decode(entryID: StreamEntryID(milliseconds: 1, sequence: 0), fields: fields, defaults: defaults) {
-            throw ValidationError("not enqueued (\(error.code)): \(error.description)")
-        }
-        if case .success(let job) = JobDecoder.decode(entryID: StreamEntryID(milliseconds: 1, sequence: 0), fields: fields, defaults: defaults),
-           let bad = job.invalidTokens.first {
-            throw ValidationError("not enqueued (\(bad.error.code)): \(bad.error.description)")
+        // Validate as the worker will (`EnqueueCheck`, shared with `herald api`).
+        if let problem = EnqueueCheck.problems(fields).first {
+            throw ValidationError("not enqueued (\(problem.code)): \(problem.description)")
         }
         if id != nil && count > 1 {
             throw ValidationError("--id with --count would send one apns-id many times; leave --id out and Herald derives one per entry")
