@@ -18,6 +18,8 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     /// With a `rediss://` URL: the client certificate and key for Redis' `tls-auth-clients`.
     public var redisCert: String?
     public var redisKey: String?
+    /// `redis` is a node of a Redis Cluster (also implied by a `redis+cluster://` URL).
+    public var redisCluster: Bool?
     /// Redis Sentinel: `host:port,host:port` and the master's name; `redis` then names no host.
     public var sentinel: String?
     public var sentinelMaster: String?
@@ -47,6 +49,7 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
         case redisCAFile = "redis_ca_file"
         case redisCert = "redis_cert"
         case redisKey = "redis_key"
+        case redisCluster = "redis_cluster"
         case sentinel
         case sentinelMaster = "sentinel_master"
         case sentinelPasswordFile = "sentinel_password_file"

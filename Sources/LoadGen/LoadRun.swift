@@ -25,6 +25,9 @@ public final class LoadRun {
     private var directory = ""
     /// The attached Redis' password, handed to the workers in their environment.
     private var redisPassword: String?
+    /// An attached Redis Cluster (`redis+cluster://`), and the master of each of the run's queues.
+    private var clusterSeeds: RedisClusterSeeds?
+    private var shardEndpoints: [RedisEndpoint] = []
     private let teamID = "TEAM000001"
     private let keyID = "LOADGEN001"
 
@@ -63,7 +66,9 @@ public final class LoadRun {
         // Redis.
         let (endpoint, redisURL) = try startRedis()
         redisPassword = endpoint.password
-        let redis = try BlockingRedisClient(endpoint: endpoint)
+        // On an attached Redis Cluster every command goes to its key's master (the shards may
+        // sit on different masters); otherwise one connection to the one Redis.
+        let redis: any QueueToolRedis = try clusterSeeds.map { try ClusterRedisClient(seeds: $0) } ?? BlockingRedisClient(endpoint: endpoint)
         try redis.stopOnSignals()
         try waitForRedis(redis)
         let inspector = QueueInspector(redis: redis)
@@ -79,7 +84,7 @@ public final class LoadRun {
         let redisVersion = (try? redis.run(["INFO", "server"]).string).flatMap(LoadRun.redisVersion) ?? "?"
         conditions.redis = c.redisURL == nil
             ? "private redis-server \(redisVersion) on \(endpoint.host):\(endpoint.port), --save '' --appendonly no"
-            : "attached redis \(redisVersion) at \(endpoint.host):\(endpoint.port)"
+            : clusterSeeds.map { "attached Redis Cluster \(redisVersion) at \($0)" } ?? "attached redis \(redisVersion) at \(endpoint.host):\(endpoint.port)"
 
         // The emulator.
         let apns = try startEmulator(executable: executable)
@@ -265,6 +270,25 @@ public final class LoadRun {
     // MARK: Redis
 
     private func startRedis() throws -> (RedisEndpoint, String) {
+        if let url = configuration.redisURL, RedisClusterSeeds.isClusterURL(url) {
+            // An attached Redis Cluster: the queue's keys live on one master, which the run
+            // inspects directly; the workers get the cluster URL and route by themselves.
+            var seeds: RedisClusterSeeds
+            do {
+                seeds = try RedisClusterSeeds(url: url)
+                if let password = configuration.redisPassword {
+                    var endpoints = seeds.endpoints
+                    for index in endpoints.indices { endpoints[index].password = password }
+                    seeds = try RedisClusterSeeds(endpoints: endpoints)
+                }
+            } catch { throw LoadGenError("\(error)") }
+            let router = try ClusterRedisClient(seeds: seeds)
+            shardEndpoints = try configuration.queueKeys.map { try router.endpoint(forQueue: $0.queue) }
+            clusterSeeds = seeds
+            log?("  attached Redis Cluster \(seeds); " + zip(configuration.queueKeys, shardEndpoints)
+                .map { "\($0.0.queue) on \($0.1.host):\($0.1.port)" }.joined(separator: ", "))
+            return (shardEndpoints[0], seeds.urlWithoutPassword)
+        }
         if let url = configuration.redisURL {
             var endpoint: RedisEndpoint
             do { endpoint = try RedisEndpoint(url: url) } catch { throw LoadGenError("\(error)") }
@@ -295,7 +319,7 @@ public final class LoadRun {
         }
     }
 
-    private func waitForRedis(_ redis: BlockingRedisClient) throws {
+    private func waitForRedis(_ redis: any QueueToolRedis) throws {
         let deadline = EventLoop.monotonicMilliseconds() + 10_000
         while true {
             do {
@@ -304,7 +328,7 @@ public final class LoadRun {
             } catch QueueToolError.interrupted {
                 throw QueueToolError.interrupted
             } catch {
-                if EventLoop.monotonicMilliseconds() > deadline { throw LoadGenError("Redis at \(redis.endpoint) did not answer: \(error)") }
+                if EventLoop.monotonicMilliseconds() > deadline { throw LoadGenError("Redis at \(redis.targetDescription) did not answer: \(error)") }
                 try redis.idle(milliseconds: 20)
                 redis.reconnect()
             }
@@ -316,11 +340,11 @@ public final class LoadRun {
     /// entries, so a difference of XLENs undercounts once a run pushes them past the cap. Falls
     /// back to XLEN on an older Redis; a missing stream has had none.
     /// `entriesAdded` summed over several streams (one per queue).
-    static func entriesAdded(_ redis: BlockingRedisClient, keys: [String]) throws -> Int {
+    static func entriesAdded(_ redis: any QueueToolRedis, keys: [String]) throws -> Int {
         try keys.reduce(0) { $0 + (try entriesAdded(redis, key: $1)) }
     }
 
-    static func entriesAdded(_ redis: BlockingRedisClient, key: String) throws -> Int {
+    static func entriesAdded(_ redis: any QueueToolRedis, key: String) throws -> Int {
         let reply = try redis.pipeline([["XINFO", "STREAM", .text(key)]])[0]
         switch reply {
         case .array(let fields):
@@ -339,7 +363,7 @@ public final class LoadRun {
         }
     }
 
-    private func lastEntryID(_ redis: BlockingRedisClient, key: String) throws -> String {
+    private func lastEntryID(_ redis: any QueueToolRedis, key: String) throws -> String {
         let reply = try redis.run(["XREVRANGE", .text(key), "+", "-", "COUNT", "1"])
         if case .array(let entries) = reply, case .array(let entry)? = entries.first, let id = entry.first?.string { return id }
         return "0-0"
@@ -347,7 +371,7 @@ public final class LoadRun {
 
     /// Notifications in the dead-letter entries written after `after` (an entry holds one token,
     /// several, or a whole malformed job).
-    private func deadLetteredNotifications(_ redis: BlockingRedisClient, key: String, after: String) throws -> Int {
+    private func deadLetteredNotifications(_ redis: any QueueToolRedis, key: String, after: String) throws -> Int {
         var cursor = after
         var total = 0
         while true {
@@ -466,7 +490,7 @@ public final class LoadRun {
     }
 
     /// Steady mode measures latency under load, so the workers must be connected first.
-    private func waitUntilReady(_ addresses: [(host: String, port: Int)], redis: BlockingRedisClient) throws {
+    private func waitUntilReady(_ addresses: [(host: String, port: Int)], redis: any QueueToolRedis) throws {
         let deadline = EventLoop.monotonicMilliseconds() + 30_000
         for address in addresses {
             while LocalHTTPClient.get(host: address.host, port: address.port, path: "/readyz")?.status != 200 {
@@ -507,17 +531,32 @@ public final class LoadRun {
     private func startProducer(_ thread: EventLoopThread, _ box: ProducerBox, endpoint: RedisEndpoint, keys: QueueKeys, shards: [QueueKeys]) {
         let jobs = configuration.jobs
         let rate = configuration.rate
+        let shardEndpoints = shards.isEmpty ? [] : self.shardEndpoints
         thread.submitAndWait {
             let connection = RedisConnection(loop: thread.loop, endpoint: endpoint)
+            // On a cluster each shard's XADDs go to its own master (shards on one master share a connection).
+            var byNode: [String: RedisConnection] = ["\(endpoint.host):\(endpoint.port)": connection]
+            let shardConnections = shardEndpoints.map { shardEndpoint -> RedisConnection in
+                let node = "\(shardEndpoint.host):\(shardEndpoint.port)"
+                if let known = byNode[node] { return known }
+                let made = RedisConnection(loop: thread.loop, endpoint: shardEndpoint)
+                byNode[node] = made
+                return made
+            }
             let factory = box.factory
             let enqueuer = Enqueuer(loop: thread.loop, connection: connection, keys: keys, count: jobs, ratePerSecond: rate) { index, micros in
                 factory.fields(job: index, scheduledMicros: micros)
             }
             enqueuer.stopsLoopWhenFinished = false
             enqueuer.shards = shards
+            if byNode.count > 1 { enqueuer.shardConnections = shardConnections }
             connection.delegate = enqueuer
             box.enqueuer = enqueuer
             connection.connect()
+            for other in byNode.values where other !== connection {
+                other.delegate = enqueuer
+                other.connect()
+            }
         }
     }
 

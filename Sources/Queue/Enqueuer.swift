@@ -28,6 +28,12 @@ public final class Enqueuer: RedisConnectionDelegate {
     /// `shards[QueueShards.shard(token:shards:)]` of its `token` field (or the first of its
     /// `tokens`: the caller splits fan-out jobs by shard first) instead of `keys`.
     public var shards: [QueueKeys] = []
+    /// On a Redis Cluster, shard `i`'s XADDs go to `shardConnections[i]` (the connection to the
+    /// master of that shard's slot; shards on one master share it) instead of `connection`.
+    /// Each is connected by the caller with this enqueuer as its delegate; the run starts when
+    /// `connection` is ready, and commands sent to the others before they are wait behind their
+    /// handshake.
+    public var shardConnections: [RedisConnection] = []
     /// Jobs added per shard (when `shards` is set), in `shards` order.
     public private(set) var addedPerShard: [Int] = []
     public private(set) var error: String?
@@ -68,6 +74,7 @@ public final class Enqueuer: RedisConnectionDelegate {
     }
 
     public func redisConnectionIsReady(_ connection: RedisConnection) {
+        guard connection === self.connection else { return }
         startMicros = clock()
         if ratePerSecond == nil { fill() } else { pace() }
     }
@@ -127,6 +134,7 @@ public final class Enqueuer: RedisConnectionDelegate {
             shard = Enqueuer.shard(of: fields, shards: shards.count)
             stream = shards[shard].jobs
         }
+        let connection = shardConnections.isEmpty ? self.connection : shardConnections[max(0, shard)]
         connection.send(argumentCount: 3 + fields.count * 2, { builder in
             builder.add("XADD"); builder.add(stream); builder.add("*")
             for field in fields {

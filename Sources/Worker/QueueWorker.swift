@@ -38,6 +38,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     /// Set with `--sentinel`: every (re)connect of a queue asks it where the master is now (then
     /// `endpointForQueue` is not asked). One resolution at a time serves every queue waiting.
     private let sentinel: RedisSentinelResolver?
+    /// Set on a Redis Cluster (before `start`): each queue's connections go to the master of its
+    /// slot, asked of the router at every (re)connect; `endpointForQueue` is then unused.
+    public var cluster: RedisClusterRouter?
     private var resolving = false
     private var awaitingMaster: [QueueChannel] = []
     /// `+switch-master` announcements: when the last was checked (loop time, ms), a check under
@@ -248,6 +251,25 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         if let groupRetry = channel.groupRetry { loop.cancel(groupRetry) }
         channel.groupRetry = nil
         guard phase == .running || phase == .draining else { return }
+        if let cluster {
+            // On a cluster, first where the queue's slot lives (the map is read again when stale).
+            cluster.endpoint(forSlot: channel.slot) { [weak self, weak channel] result in
+                guard let self, let channel else { return }
+                guard channel.reconnectTimer == nil, channel.reader == nil, self.phase == .running || self.phase == .draining else { return }
+                switch result {
+                case .success(let endpoint):
+                    if endpoint != channel.endpoint {
+                        channel.logger.info("queue routed to Redis Cluster node", metadata: [
+                            "node": "\(endpoint.host):\(endpoint.port)", "slot": "\(channel.slot)"])
+                    }
+                    self.connectPair(channel, to: endpoint)
+                case .failure(let error):
+                    channel.redisErrors += 1
+                    self.scheduleReconnect(channel, after: error)
+                }
+            }
+            return
+        }
         guard sentinel != nil else {
             connectPair(channel, to: endpointForQueue(channel.keys))
             return
@@ -399,6 +421,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         channel.confirmedDuringPendingRead.removeAll()
         channel.claimInFlight = false
         guard phase == .running || phase == .draining else { return }
+        // A node that went away may have been failed over: read the slot map again first.
+        cluster?.invalidate()
         scheduleReconnect(channel, after: error)
     }
 
@@ -430,6 +454,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         channel.writer?.send(["XGROUP", "CREATE", keys.jobs, keys.group, "0", "MKSTREAM"]) { [weak self, weak channel] result in
             guard let self, let channel else { return }
             switch result {
+            case .success(.error(let message)) where self.followClusterRedirect(message, channel: channel):
+                return
             case .success(.error(let message)) where RedisSentinelResolver.meansNotWritableMaster(message):
                 self.notWritableMaster(channel, message)
                 return
@@ -448,7 +474,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             }
             channel.groupFailures = 0
             if replayingUnconfirmed {
-                if channel.failures > 0 {
+                if channel.failures > 0 || channel.redirectsInARow > 0 {
                     channel.logger.info("Redis connection restored", metadata: ["redis": "\(channel.endpoint.map { "\($0)" } ?? "")"])
                 }
                 channel.failures = 0
@@ -538,6 +564,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     }
 
     private func handleRedisError(_ message: String, channel: QueueChannel) {
+        // On a cluster a redirect (and READONLY, EXECABORT) re-routes the queue; it is the cluster
+        // working as designed (logged at notice), not an error for herald_redis_errors_total.
+        if followClusterRedirect(message, channel: channel) { return }
         if QueueWorker.meansReconnect(message) {
             // EXECABORT: a command of the outcome batch was refused while queued (READONLY after a
             // failover, NOREPLICAS, OOM); the batch is written again after reconnecting.
@@ -567,6 +596,66 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 channel.logger.error("Redis error", metadata: ["error": "\(message)", "queue_keys": "\(channel.keys.jobs)"])
             }
         }
+    }
+
+    // MARK: Redis Cluster
+
+    /// On a cluster, an error reply saying the queue's slot is served elsewhere (MOVED), is being
+    /// migrated (ASK, TRYAGAIN) or is not served right now (CLUSTERDOWN, a READONLY replica)
+    /// replaces the queue's connection pair: the same path as a lost connection, which is
+    /// what makes it safe. Commands still unanswered on the old pair fail; the queue's
+    /// unconfirmed outcome batches are written again on the new pair before its next read (minus
+    /// those Redis already ran, `replayUnconfirmed`), and its pending list is read again from the
+    /// start (entries already held are not taken twice). The other queues are not touched.
+    ///
+    /// MOVED updates the map at once and reconnects without waiting (with a short backoff only when
+    /// MOVED keeps coming); ASK and TRYAGAIN mean the queue's slot is being migrated: the worker's
+    /// batches touch several keys of the slot, which Redis cannot serve while they are split
+    /// between two nodes, so it waits (100 ms, doubling to 5 s) until the slot has moved and MOVED
+    /// says where. CLUSTERDOWN and READONLY mark the map stale.
+    ///
+    /// `EXECABORT` counts too: inside MULTI a MOVED or ASK is the reply of the command being queued
+    /// (which the batch does not read), and it makes Redis discard the whole transaction, so none
+    /// of the batch was applied and writing it again on the right node cannot apply it twice.
+    /// Returns false for every other error, and always when not on a cluster.
+    private func followClusterRedirect(_ message: String, channel: QueueChannel) -> Bool {
+        guard let cluster else { return false }
+        let redirect = RedisClusterRedirect(errorMessage: message)
+        guard redirect != nil || message.hasPrefix("EXECABORT") else { return false }
+        // Already replacing the pair (several replies of one pipeline said so).
+        guard channel.reader != nil || channel.writer != nil, channel.reconnectTimer == nil else { return true }
+        channel.redirectsInARow += 1
+        var delay = QueueWorker.redirectDelay(channel.redirectsInARow)
+        var isMove = false
+        switch redirect {
+        case .moved(let movedSlot, let node):
+            cluster.moved(slot: movedSlot, to: node)
+            isMove = true
+            // The new owner is named: go at once, unless MOVED keeps coming (a map in flux).
+            delay = channel.redirectsInARow <= 2 ? 0 : QueueWorker.redirectDelay(channel.redirectsInARow - 2)
+        case .ask, .tryAgain:
+            break
+        case .clusterDown, .notMaster, nil:
+            cluster.invalidate()
+        }
+        let metadata: Logger.Metadata = ["reply": "\(message.prefix(120))", "slot": "\(channel.slot)", "reconnect_ms": "\(delay)"]
+        // MOVED is rare (a slot changed hands) and always said; repeated waits for a migration go to debug.
+        if isMove || channel.redirectsInARow == 1 || channel.redirectsInARow % 10 == 0 {
+            channel.logger.notice("Redis Cluster redirect: reconnecting the queue to its slot's master", metadata: metadata)
+        } else {
+            channel.logger.debug("Redis Cluster redirect: reconnecting the queue to its slot's master", metadata: metadata)
+        }
+        dropRedisPair(channel)
+        channel.reconnectTimer = loop.schedule(afterMilliseconds: delay) { [weak self, weak channel] in
+            guard let self, let channel else { return }
+            self.connectRedis(channel)
+        }
+        return true
+    }
+
+    /// 100 ms after the first redirect in a row, doubling to 5 s.
+    static func redirectDelay(_ inARow: Int) -> Int64 {
+        min(5_000, 100 << Int64(min(6, max(0, inARow - 1))))
     }
 
     // MARK: reading
@@ -661,12 +750,14 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                     self.handleRedisError(message, channel: channel)
                     if message.hasPrefix("NOGROUP") { break }  // recreated; read again at once
                     if QueueWorker.meansReconnect(message) { break }  // reconnecting, with backoff
+                    if channel.reader == nil { break }  // a cluster redirect: the pair is being replaced
                 }
                 // WRONGTYPE, NOPERM, an unreadable reply: this queue waits, longer each time,
                 // instead of asking again at once; the other queues read on.
                 self.pauseReads(channel)
             case .success(.success(let read)):
                 channel.readFailures = 0
+                channel.redirectsInARow = 0
                 channel.active = !read.isEmpty
                 let (entries, deferredAfter) = QueueWorker.deferringOverBudget(read)
                 if channel.recoveringPending {
@@ -981,6 +1072,10 @@ final class QueueChannel {
     /// The last Redis error and how often it repeated since (to log a repeat once per hundred).
     var lastError: String?
     var errorRepeats = 0
+    /// The queue's Redis Cluster slot (its `{queue}` hash tag).
+    let slot: Int
+    /// Cluster redirects followed in a row without a read succeeding.
+    var redirectsInARow = 0
     /// Its last read brought entries (or it has not read yet): it shares the read budget.
     var active = true
     /// Bytes per entry of this queue's replies, about: up at once, down slowly.
@@ -990,6 +1085,7 @@ final class QueueChannel {
         self.index = index
         self.keys = keys
         self.logger = logger
+        slot = RedisClusterSlot.of(queue: keys.queue)
     }
 
     /// Connected, the group in place: it may read.

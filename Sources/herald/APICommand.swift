@@ -82,6 +82,11 @@ struct APICommand: ParsableCommand {
             throw ValidationError("herald api needs --tokens-file FILE (or HERALD_API_TOKENS_FILE): a file with one bearer token per line, "
                 + "e.g. `openssl rand -hex 32 > api-tokens`. Clients send `Authorization: Bearer <token>`.")
         }
+        if try queueOptions.isCluster() {
+            // Refused rather than ignored: on a cluster its writes would go to one node only.
+            throw ValidationError("herald api does not run against a Redis Cluster yet (--redis-cluster, HERALD_REDIS_CLUSTER, "
+                + "redis+cluster://): producers on a cluster use a cluster-aware client or `herald enqueue --redis redis+cluster://…`")
+        }
         let target = try queueOptions.target()
         var configuration = APIConfiguration(redis: target.endpoint, tokensFile: tokensFile)
         configuration.sentinel = target.sentinel

@@ -70,7 +70,7 @@ extension DeadLettersCommand {
         }
 
         /// One queue's dead letters (with several queues, `--limit` applies to each).
-        private func list(keys: QueueKeys, redis: BlockingRedisClient) throws {
+        private func list(keys: QueueKeys, redis: any QueueToolRedis) throws {
             let tools = DeadLetterTools(redis: redis, keys: keys)
             let found = try tools.select(try selection.filter(), limit: limit)
             let total = try tools.count()
@@ -118,7 +118,7 @@ extension DeadLettersCommand {
 
         /// One queue's dead letters back to that queue's jobs stream (with several queues,
         /// `--limit` applies to each).
-        private func requeue(keys: QueueKeys, redis: BlockingRedisClient) throws {
+        private func requeue(keys: QueueKeys, redis: any QueueToolRedis) throws {
             let tools = DeadLetterTools(redis: redis, keys: keys)
             let report = DeadLetterReport(keys: keys, now: 0, showTokens: showTokens)
             // Streamed a hundred at a time: a requeue may cover the whole (million-entry) stream.
@@ -200,7 +200,7 @@ extension DeadLettersCommand {
 
         /// One queue's purge; without --yes the first queue with matches stops the command before
         /// anything is deleted.
-        private func purge(keys: QueueKeys, redis: BlockingRedisClient) throws {
+        private func purge(keys: QueueKeys, redis: any QueueToolRedis) throws {
             var filter = try selection.filter()
             if let olderThan, let age = DurationText.milliseconds(olderThan) {
                 filter.failedBefore = try QueueInspector(redis: redis).redisTime() - age

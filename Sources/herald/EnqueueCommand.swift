@@ -61,18 +61,35 @@ struct EnqueueCommand: ParsableCommand {
         let queues = try queueOptions.queueKeys()
         let sharded = try (queueOptions.shards ?? intEnvironment("SHARDS")) != nil
         let keys = queues[0]
-        let (configured, sentinel) = try queueOptions.target()
         let loop = try EventLoop()
-        var endpoint = configured
-        if let sentinel {
-            let resolver = RedisSentinelResolver(loop: loop, configuration: sentinel, base: configured)
-            switch resolver.resolveTurningLoop() {
-            case .success(let master): endpoint = master
-            case .failure(let error): throw ValidationError(QueueToolError.masterNotFound(sentinel, error).description)
-            case nil: throw ValidationError("interrupted")
+        // On a Redis Cluster each queue's XADDs go straight to the master of its slot; shards on
+        // one master share a connection. With Sentinel, to the master the sentinels name.
+        var shardConnections: [RedisConnection] = []
+        let connection: RedisConnection
+        if try queueOptions.isCluster() {
+            let cluster = try ClusterRedisClient(seeds: queueOptions.clusterSeeds())
+            var byNode: [String: RedisConnection] = [:]
+            for queue in queues {
+                let endpoint = try cluster.endpoint(forQueue: queue.queue)
+                let node = "\(endpoint.host):\(endpoint.port)"
+                let shardConnection = byNode[node] ?? RedisConnection(loop: loop, endpoint: endpoint)
+                byNode[node] = shardConnection
+                shardConnections.append(shardConnection)
             }
+            connection = shardConnections[0]
+        } else {
+            let (configured, sentinel) = try queueOptions.target()
+            var endpoint = configured
+            if let sentinel {
+                let resolver = RedisSentinelResolver(loop: loop, configuration: sentinel, base: configured)
+                switch resolver.resolveTurningLoop() {
+                case .success(let master): endpoint = master
+                case .failure(let error): throw ValidationError(QueueToolError.masterNotFound(sentinel, error).description)
+                case nil: throw ValidationError("interrupted")
+                }
+            }
+            connection = RedisConnection(loop: loop, endpoint: endpoint)
         }
-        let connection = RedisConnection(loop: loop, endpoint: endpoint)
         // A fan-out job is split by shard: each shard's worker gets the tokens that hash to it.
         let jobs = sharded ? EnqueueCommand.splitByShard(fields, shards: queues.count) : [fields]
         let enqueue: Enqueuer
@@ -83,8 +100,13 @@ struct EnqueueCommand: ParsableCommand {
             enqueue = Enqueuer(loop: loop, connection: connection, keys: keys, count: count * jobs.count) { index, _ in jobs[index % jobs.count] }
         }
         if sharded { enqueue.shards = queues }
+        if sharded && shardConnections.count > 1 { enqueue.shardConnections = shardConnections }
         connection.delegate = enqueue
         connection.connect()
+        for other in shardConnections where other !== connection {
+            other.delegate = enqueue
+            other.connect()
+        }
         let started = EventLoop.monotonicMilliseconds()
         loop.run()
         if let error = enqueue.error { throw ValidationError(error) }
@@ -102,7 +124,12 @@ struct EnqueueCommand: ParsableCommand {
             print("enqueued \(enqueue.added) jobs to \(keys.jobs) in \(formatSeconds(Double(elapsed) / 1000)) s")
         }
         if replicas > 0 {
-            try EnqueueCommand.waitForReplicas(replicas, milliseconds: waitMilliseconds, connection: connection, loop: loop, added: enqueue.added)
+            // WAIT covers the writes of its own connection: on a cluster, one per master written to.
+            var waited: [RedisConnection] = []
+            for target in [connection] + shardConnections where !waited.contains(where: { $0 === target }) {
+                waited.append(target)
+                try EnqueueCommand.waitForReplicas(replicas, milliseconds: waitMilliseconds, connection: target, loop: loop, added: enqueue.added)
+            }
         }
     }
 

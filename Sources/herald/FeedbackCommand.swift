@@ -73,7 +73,7 @@ extension FeedbackCommand {
                     case .connectionLost, .unreachable, .timedOut:
                         failures += 1
                         if failures == 1 || failures % 30 == 0 {
-                            QueueToolOutput.note("Redis at \(redis.endpoint) is gone (\(error)); reconnecting every second, Ctrl-C to stop")
+                            QueueToolOutput.note("Redis at \(redis.targetDescription) is gone (\(error)); reconnecting every second, Ctrl-C to stop")
                         }
                         redis.reconnect()
                         // Wait a second on the loop, so Ctrl-C still ends the command at once.

@@ -37,7 +37,7 @@ struct LoadGenCommand: ParsableCommand {
     @Option(name: .customLong("unregistered-share"), help: "Share of tokens with --unregistered-prefix (default 0.05).") var unregisteredShare = 0.05
     @Option(help: "Seconds to wait for every outcome.") var timeout = 600
     @Option(help: "Seed for tokens, collapse and push-type draws.") var seed: UInt64 = 1
-    @Option(help: "Attach to this Redis instead of starting one (redis://…).") var redis: String?
+    @Option(help: "Attach to this Redis instead of starting one (redis://…, or a Redis Cluster as redis+cluster://host:port,host:port/).") var redis: String?
     @Option(name: .customLong("redis-password-file"), help: "A file holding the attached Redis' password (or env HERALD_REDIS_PASSWORD / HERALD_REDIS_PASSWORD_FILE); the workers get it in their environment.")
     var redisPasswordFile: String?
     @Option(help: "Queue name (must be empty).") var queue = "default"

@@ -5,7 +5,7 @@ import Transport
 
 /// Which Redis and which queue.
 struct QueueOptions: ParsableArguments {
-    @Option(help: "Redis URL, redis://[user@]host[:port][/db], or rediss://… for TLS (env HERALD_REDIS; default redis://127.0.0.1:6379). Give the password with --redis-password-file or HERALD_REDIS_PASSWORD, not here: the command line is visible to every local user.")
+    @Option(help: "Redis URL, redis://[user@]host[:port][/db], rediss://… for TLS, or redis+cluster://host:port,host:port/ for a Redis Cluster (env HERALD_REDIS; default redis://127.0.0.1:6379). Give the password with --redis-password-file or HERALD_REDIS_PASSWORD, not here: the command line is visible to every local user.")
     var redis: String?
 
     @Option(name: .customLong("redis-ca-file"), help: "With a rediss:// URL: the PEM CA certificate(s) Redis' certificate must chain to, trusted instead of the system store (env HERALD_REDIS_CA_FILE; default the system store). Verification is always on.")
@@ -19,6 +19,10 @@ struct QueueOptions: ParsableArguments {
 
     @Option(name: .customLong("redis-password-file"), help: "A file holding the Redis password (env HERALD_REDIS_PASSWORD_FILE; or HERALD_REDIS_PASSWORD holding the password itself). Wins over a password in the URL.")
     var redisPasswordFile: String?
+
+    @Flag(name: .customLong("redis-cluster"),
+          help: "The --redis URL is a node of a Redis Cluster: each queue's commands go to the master of its slot (env HERALD_REDIS_CLUSTER=true; default off). A redis+cluster://host:port,host:port/ URL implies it.")
+    var redisCluster = false
 
     @Option(help: "Queue name: keys are herald:{QUEUE}:jobs, :retry, :dead, :feedback (env HERALD_QUEUE; default default). With --shards, the shards' base name.")
     var queue: String?
@@ -42,7 +46,12 @@ struct QueueOptions: ParsableArguments {
     /// HERALD_REDIS_PASSWORD_FILE, HERALD_REDIS_PASSWORD, the config file's `redis_password_file`
     /// (`configPasswordFile`), the URL.
     func endpoint(configPasswordFile: String? = nil, configTLS: RedisTLS? = nil) throws -> RedisEndpoint {
-        try target(configPasswordFile: configPasswordFile, configTLS: configTLS).endpoint
+        let url = redis ?? environmentValue("REDIS") ?? "redis://127.0.0.1:6379"
+        if RedisClusterSeeds.isClusterURL(url) {
+            // A tool given a cluster URL talks to the first seed unless it routes (`blockingClient`).
+            return try clusterSeeds(configPasswordFile: configPasswordFile).endpoints[0]
+        }
+        return try target(configPasswordFile: configPasswordFile, configTLS: configTLS).endpoint
     }
 
     /// The Redis endpoint (with `sentinel`: only its credentials and database) and the Sentinel
@@ -95,6 +104,51 @@ struct QueueOptions: ParsableArguments {
                              keyFile: redisKey ?? environmentValue("REDIS_KEY") ?? configTLS?.keyFile)
         endpoint.tls = try RedisTLSOptions.resolve(files, secure: endpoint.tls != nil)
         return (endpoint, sentinelConfiguration)
+    }
+
+    /// Whether the Redis is a cluster: `--redis-cluster`, HERALD_REDIS_CLUSTER, the config
+    /// file's `redis_cluster` (`configCluster`), or a `redis+cluster://` URL.
+    func isCluster(configCluster: Bool? = nil, url configURL: String? = nil) throws -> Bool {
+        let url = redis ?? environmentValue("REDIS") ?? configURL ?? ""
+        var cluster = configCluster ?? false
+        if let text = environmentValue("REDIS_CLUSTER") {
+            switch text.lowercased() {
+            case "1", "true", "yes", "on": cluster = true
+            case "0", "false", "no", "off": cluster = false
+            default: throw ValidationError("HERALD_REDIS_CLUSTER must be true or false, not \(text)")
+            }
+        }
+        if redisCluster || RedisClusterSeeds.isClusterURL(url) { cluster = true }
+        if cluster && (sentinel ?? environmentValue("SENTINEL")) != nil {
+            throw ValidationError("a Redis Cluster (--redis-cluster, redis+cluster://) and --sentinel exclude each other: "
+                + "a cluster fails over by itself; give its nodes in --redis")
+        }
+        return cluster
+    }
+
+    /// The cluster's seed nodes with the password resolved as for `endpoint(configPasswordFile:)`.
+    func clusterSeeds(configPasswordFile: String? = nil, configURL: String? = nil) throws -> RedisClusterSeeds {
+        let url = redis ?? environmentValue("REDIS") ?? configURL ?? "redis://127.0.0.1:6379"
+        do {
+            var seeds: RedisClusterSeeds
+            if RedisClusterSeeds.isClusterURL(url) {
+                seeds = try RedisClusterSeeds(url: url)
+            } else {
+                seeds = try RedisClusterSeeds(endpoints: [try RedisEndpoint(url: url)])
+            }
+            if redis != nil && seeds.endpoints[0].password != nil {
+                printWarning("the Redis password in --redis is visible to every local user (ps, /proc/PID/cmdline); "
+                    + "give it with --redis-password-file or HERALD_REDIS_PASSWORD instead")
+            }
+            if let password = try RedisPassword.resolve(flagFile: redisPasswordFile, configFile: configPasswordFile) {
+                var endpoints = seeds.endpoints
+                for index in endpoints.indices { endpoints[index].password = password }
+                seeds = try RedisClusterSeeds(endpoints: endpoints)
+            }
+            return seeds
+        } catch let error as RedisError {
+            throw ValidationError(error.description)
+        }
     }
 
     func keys() -> QueueKeys {

@@ -160,8 +160,11 @@ indirect enum ToolJSON {
 
 extension QueueOptions {
     /// A blocking client for the queue tools; the first command reports an unreachable Redis
-    /// with its URL (password hidden) and how to point --redis elsewhere.
-    func blockingClient() throws -> BlockingRedisClient {
+    /// with its URL (password hidden) and how to point --redis elsewhere. On a Redis Cluster
+    /// (`--redis-cluster`, a `redis+cluster://` URL) each command goes to its key's master; with
+    /// Sentinel, to the master the sentinels name.
+    func blockingClient() throws -> any QueueToolRedis {
+        if try isCluster() { return try ClusterRedisClient(seeds: clusterSeeds()) }
         let (endpoint, sentinel) = try target()
         return try BlockingRedisClient(endpoint: endpoint, sentinel: sentinel)
     }

@@ -31,9 +31,9 @@ struct StatsCommand: ParsableCommand {
         let names = allQueues ? try inspector.discoverQueues() : try queueOptions.queueKeys().map(\.queue)
         let stats = try names.map { try inspector.stats(keys: QueueKeys(queue: $0)) }
         if json {
-            print(StatsCommand.json(stats, redis: redis.endpoint.description).rendered())
+            print(StatsCommand.json(stats, redis: redis.targetDescription).rendered())
         } else if stats.isEmpty {
-            print("no queues in \(redis.endpoint): no key matches \(QueueKeys.defaultPrefix):{*}:jobs")
+            print("no queues in \(redis.targetDescription): no key matches \(QueueKeys.defaultPrefix):{*}:jobs")
         } else {
             print(StatsCommand.text(stats))
         }

@@ -52,9 +52,13 @@ struct WorkerCommand: ParsableCommand {
         if queueSettings.redis == nil && environmentValue("REDIS") == nil { queueSettings.redis = file?.redis }
         if queueSettings.sentinel == nil && environmentValue("SENTINEL") == nil { queueSettings.sentinel = file?.sentinel }
         if queueSettings.sentinelMaster == nil && environmentValue("SENTINEL_MASTER") == nil { queueSettings.sentinelMaster = file?.sentinelMaster }
-        let (endpoint, sentinel) = try queueSettings.target(
-            configPasswordFile: file?.redisPasswordFile, configSentinelPasswordFile: file?.sentinelPasswordFile,
-            configTLS: file.map { RedisTLS(caFile: $0.redisCAFile, certificateFile: $0.redisCert, keyFile: $0.redisKey) })
+        // On a Redis Cluster each loop routes every queue to the master of the queue's slot; with
+        // Sentinel it asks the sentinels for the master; otherwise the one Redis.
+        let clusterSeeds = try queueSettings.isCluster(configCluster: file?.redisCluster)
+            ? try queueSettings.clusterSeeds(configPasswordFile: file?.redisPasswordFile) : nil
+        let (endpoint, sentinel) = try clusterSeeds.map { ($0.endpoints[0], nil) }
+            ?? queueSettings.target(configPasswordFile: file?.redisPasswordFile, configSentinelPasswordFile: file?.sentinelPasswordFile,
+                                    configTLS: file.map { RedisTLS(caFile: $0.redisCAFile, certificateFile: $0.redisCert, keyFile: $0.redisKey) })
         let queues = try queueSettings.queueKeys(file: file)
         let apps = try resolveApps(file: file)
         let threadCount = try threads ?? intEnvironment("THREADS") ?? file?.threads ?? 1
@@ -147,6 +151,7 @@ struct WorkerCommand: ParsableCommand {
                     }
                     let worker = QueueWorker(loop: thread.loop, configuration: consumerConfig, apps: workerApps, redis: endpoint,
                                              sentinel: sentinel, logger: threadLogger)
+                    worker.cluster = clusterSeeds.map { RedisClusterRouter(loop: thread.loop, seeds: $0, logger: threadLogger) }
                     let publisher = WorkerMetrics(metrics: metrics, health: health, loopIndex: index, worker: worker)
                     worker.onStopped = {
                         publisher.stop()
@@ -164,7 +169,7 @@ struct WorkerCommand: ParsableCommand {
         }
         for app in apps {
             logger.info("worker started", metadata: [
-                "queue": "\(queues.map(\.queue).joined(separator: ","))", "redis": "\(sentinel.map { "sentinel \($0.summary)" } ?? endpoint.description)", "app": "\(app.name)", "apns": "\(app.pool.host):\(app.pool.port)",
+                "queue": "\(queues.map(\.queue).joined(separator: ","))", "redis": "\(clusterSeeds?.description ?? sentinel.map { "sentinel \($0.summary)" } ?? endpoint.description)", "app": "\(app.name)", "apns": "\(app.pool.host):\(app.pool.port)",
                 "auth": "\(app.credentials == nil ? "certificate" : "token")", "threads": "\(threadCount)",
                 "connections": "\(app.pool.connections)", "max_streams": "\(app.pool.maxStreams)",
             ])
