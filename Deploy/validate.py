@@ -76,6 +76,7 @@ METRICS = {
     "herald_jwt_mints_total": ("counter", {"app"}),
     "herald_credentials_rejected": ("gauge", {"app"}),
     "herald_redis_errors_total": ("counter", {"queue"}),
+    "herald_consumers_removed_total": ("counter", {"queue"}),
     "herald_queue_depth": ("gauge", {"queue"}),
     "herald_queue_pending": ("gauge", {"queue"}),
     "herald_consumer_lag": ("gauge", {"queue"}),
@@ -545,9 +546,10 @@ def check_kubernetes(report, documents):
     trigger = (scaled.get("spec", {}).get("triggers") or [{}])[0]
     metadata = trigger.get("metadata", {})
     report.check(trigger.get("type") == "redis-streams" and metadata.get("stream") == "herald:{default}:jobs"
-                 and metadata.get("consumerGroup") == "herald" and "lagCount" in metadata
+                 and "streamLength" in metadata and "lagCount" not in metadata
                  and scaled["spec"]["scaleTargetRef"]["name"] == "herald-worker",
-                 "KEDA ScaledObject scales herald-worker on the lag of group herald", json.dumps(trigger))
+                 "KEDA ScaledObject scales herald-worker on the stream's length (sees the backlog when Redis reports lag as null)",
+                 json.dumps(trigger))
     monitor = objects.get(("ServiceMonitor", "herald-worker"), {})
     service = objects.get(("Service", "herald-worker-metrics"), {})
     report.check(monitor.get("spec", {}).get("selector", {}).get("matchLabels", {}).items()

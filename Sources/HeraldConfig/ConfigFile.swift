@@ -13,6 +13,11 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     public var redis: String?
     /// A file holding the Redis password (the URL in `redis` should carry none).
     public var redisPasswordFile: String?
+    /// With a `rediss://` URL: the CA file Redis' certificate must chain to (else the system store).
+    public var redisCAFile: String?
+    /// With a `rediss://` URL: the client certificate and key for Redis' `tls-auth-clients`.
+    public var redisCert: String?
+    public var redisKey: String?
     /// `redis` is a node of a Redis Cluster (also implied by a `redis+cluster://` URL).
     public var redisCluster: Bool?
     /// Redis Sentinel: `host:port,host:port` and the master's name; `redis` then names no host.
@@ -27,6 +32,7 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     public var shards: Int?
     public var batch: Int?
     public var claimIdle: Int?
+    public var idleConsumerTimeout: Int?
     public var maxAttempts: Int?
     public var maxDeliveries: Int?
     public var drainTimeout: Int?
@@ -40,11 +46,15 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     public enum CodingKeys: String, CodingKey, CaseIterable {
         case redis, queue, queues, shards, batch, threads, apps
         case redisPasswordFile = "redis_password_file"
+        case redisCAFile = "redis_ca_file"
+        case redisCert = "redis_cert"
+        case redisKey = "redis_key"
         case redisCluster = "redis_cluster"
         case sentinel
         case sentinelMaster = "sentinel_master"
         case sentinelPasswordFile = "sentinel_password_file"
         case claimIdle = "claim_idle"
+        case idleConsumerTimeout = "idle_consumer_timeout"
         case maxAttempts = "max_attempts"
         case maxDeliveries = "max_deliveries"
         case drainTimeout = "drain_timeout"

@@ -18,6 +18,8 @@ public enum MetricHelp {
             "Dead-lettered notifications by reason: the breakdown of herald_notifications_total{outcome=\"dead_lettered\"}, counted per notification like it (a fan-out job's tokens each count), reasons APNs does not document counted as Unknown.",
         "herald_jobs_unknown_fields_total": "Job fields Herald does not know and ignored (a typo in a producer shows here).",
         "herald_redis_errors_total": "Redis errors: lost or refused connections and error replies. The worker reconnects with backoff.",
+        "herald_consumers_removed_total":
+            "Consumers of the group removed by this worker: idle for --idle-consumer-timeout and owning no pending entry (workers scaled down or replaced).",
         "herald_streams_in_flight": "Notifications on an HTTP/2 stream to APNs, waiting for the answer.",
         "herald_notifications_queued": "Notifications read for the app and waiting for a free stream slot (not yet sent).",
         "herald_stream_slots_free": "Streams the app's connections could open now (APNs' limit per connection, at most --max-streams).",
@@ -28,7 +30,7 @@ public enum MetricHelp {
         "herald_last_success_timestamp_seconds": "When APNs last accepted a notification of the app (UNIX seconds); absent until the first success.",
         "herald_queue_depth": "Entries in the jobs stream: not yet read plus read and not yet acknowledged. Sampled every 5 s by every worker: aggregate with max.",
         "herald_queue_pending": "Entries delivered to a consumer of the group and not yet acknowledged. Sampled: aggregate with max.",
-        "herald_consumer_lag": "Entries of the jobs stream not yet delivered to any consumer of the group. Sampled: aggregate with max.",
+        "herald_consumer_lag": "Entries of the jobs stream not yet delivered to any consumer of the group (depth - pending when Redis cannot count it). Sampled: aggregate with max.",
         "herald_retry_set_size": "Notifications waiting in the retry set for their next attempt. Sampled: aggregate with max.",
         "herald_dead_letter_stream_length": "Entries in the dead-letter stream. Sampled: aggregate with max.",
         "herald_feedback_stream_length": "Entries in the feedback (dead token) stream. Sampled: aggregate with max.",

@@ -93,15 +93,7 @@ public final class QueueInspector {
         var oldestAge: Int64? = nil
         if let oldestID, let id = StreamEntryID(oldestID) { oldestAge = max(0, now.subtractingSaturating(Int64(clamping: id.milliseconds))) }
 
-        let lag: Int
-        let exact: Bool
-        if let value = info["lag"]?.integer {
-            lag = Int(value)
-            exact = true
-        } else {
-            lag = max(0, depth - pendingCount)
-            exact = false
-        }
+        let (lag, exact) = QueueLag.of(reported: info["lag"]?.integer, depth: depth, pending: pendingCount)
         var consumerList: [QueueStats.Consumer] = []
         if case .array(let rows) = consumers {
             for row in rows {

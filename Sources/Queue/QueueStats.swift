@@ -1,3 +1,17 @@
+/// Entries not yet delivered to any consumer of a Herald queue.
+///
+/// Redis reports a group's `lag` (7.0+) only while it can count it: after an entry was deleted
+/// out of order, or on a stream trimmed past the group, XINFO GROUPS says `lag` is null. Herald
+/// deletes only what it acknowledged, so its jobs stream holds exactly the pending and the
+/// undelivered entries, and `depth - pending` is then a sound estimate. `herald stats` and the
+/// worker's `herald_queue_lag` gauge both read it from here.
+public enum QueueLag {
+    public static func of(reported: Int64?, depth: Int, pending: Int) -> (lag: Int, exact: Bool) {
+        if let reported { return (Int(clamping: reported), true) }
+        return (max(0, depth - pending), false)
+    }
+}
+
 /// One queue's numbers at one moment, as `herald stats` shows them.
 public struct QueueStats: Sendable {
     public var keys: QueueKeys

@@ -78,6 +78,30 @@ public struct RetryEntry: Sendable {
 
 /// The Lua scripts Herald runs; every key they touch shares the queue's hash tag.
 public enum QueueScripts {
+    /// Removes the group's consumers that own no pending entry and were idle at least ARGV[3] ms,
+    /// except ARGV[2] (the caller itself). KEYS[1] = job stream, ARGV[1] = group. Returns the
+    /// removed names. One script, so a consumer that comes back (and reads) between the check
+    /// and the removal cannot lose its pending entries: XGROUP DELCONSUMER drops them with it.
+    public static let removeIdleConsumers = """
+        local removed = {}
+        local consumers = redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
+        local limit = tonumber(ARGV[3])
+        for _, consumer in ipairs(consumers) do
+          local name, pending, idle
+          for i = 1, #consumer, 2 do
+            local field = consumer[i]
+            if field == 'name' then name = consumer[i + 1]
+            elseif field == 'pending' then pending = consumer[i + 1]
+            elseif field == 'idle' then idle = consumer[i + 1] end
+          end
+          if name and name ~= ARGV[2] and pending == 0 and idle and idle >= limit then
+            redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], name)
+            removed[#removed + 1] = name
+          end
+        end
+        return removed
+        """
+
     /// Moves up to ARGV[2] retry-set members due by ARGV[1] (ms) back into the job stream, atomically.
     /// KEYS[1] = retry set, KEYS[2] = job stream. Returns how many moved.
     public static let promoteDueRetries = """

@@ -84,9 +84,15 @@ public protocol RedisConnectionDelegate: AnyObject {
 /// One pipelined connection to Redis on an `EventLoop`.
 ///
 /// Commands are encoded as RESP straight into one output buffer and written once per loop
-/// iteration, so a batch of acknowledgements costs one write; replies are parsed by hiredis'
-/// reader and handed to each command's completion in order. Loop-confined. When the connection
-/// drops, every pending completion gets `.connectionLost`; reconnecting is the owner's decision.
+/// iteration, so a batch of acknowledgements costs one write; replies are parsed by Herald's
+/// RESP reader and handed to each command's completion in order. Loop-confined. When the
+/// connection drops, every pending completion gets `.connectionLost`; reconnecting is the
+/// owner's decision.
+///
+/// An endpoint with `tls` set (`rediss://`) is reached through Herald's own OpenSSL stream: the
+/// TLS handshake runs non-blocking on the loop after the TCP connect, and AUTH/SELECT/PING and
+/// everything queued meanwhile go out once it is done. Whoever creates connections from an
+/// endpoint (the worker, the tools, a resolver) gets TLS without knowing about it.
 public final class RedisConnection: IOHandler, TickObserver {
     public typealias Completion = (Result<RedisReply, RedisError>) -> Void
     /// Gets the reply as the connection's tape, valid only during the call (no copy of the reply).
@@ -127,6 +133,16 @@ public final class RedisConnection: IOHandler, TickObserver {
     private var started = false
     /// Handshake commands (AUTH, SELECT or PING) not yet answered.
     private var handshakeReplies = 0
+    /// The OpenSSL client context of a `rediss://` endpoint, built at `connect()`.
+    private var tlsContext: TLSContext?
+    /// The TLS session, once TCP is connected (`rediss://` only).
+    private var tls: TLSStream?
+    private var tlsHandshaking = false
+    /// OpenSSL needs the socket writable to go on reading (a renegotiation or key update).
+    private var tlsWantsWriteForRead = false
+    /// Whether any reply arrived on this connection (a close before the first one, on a plain
+    /// connection, is what a TLS port does with plain text).
+    private var answered = false
 
     public init(loop: EventLoop, endpoint: RedisEndpoint) {
         self.loop = loop
@@ -157,7 +173,12 @@ public final class RedisConnection: IOHandler, TickObserver {
         completions.append(contentsOf: queuedCompletions)
         connectTimer = loop.schedule(afterMilliseconds: connectTimeoutMilliseconds) { [weak self] in
             guard let self, !self.isReady, !self.closed else { return }
-            self.fail(.connectFailed("\(self.endpoint): no answer within \(self.connectTimeoutMilliseconds) ms"))
+            if self.tlsHandshaking {
+                // A plain Redis reads a ClientHello as an inline command and waits for its end.
+                self.fail(.connectFailed("\(self.endpoint): no TLS answer within \(self.connectTimeoutMilliseconds) ms: \(RedisTLSAdvice.notTLS)"))
+            } else {
+                self.fail(.connectFailed("\(self.endpoint): no answer within \(self.connectTimeoutMilliseconds) ms"))
+            }
         }
         if let problem = RedisEndpoint.problem(withHost: endpoint.host) {
             failSoon(.invalidURL(problem))
@@ -166,6 +187,14 @@ public final class RedisConnection: IOHandler, TickObserver {
         guard (1...65535).contains(endpoint.port) else {
             failSoon(.invalidURL("the Redis port must be 1 to 65535, not \(endpoint.port)"))
             return
+        }
+        if let settings = endpoint.tls {
+            do {
+                tlsContext = try settings.makeContext()
+            } catch {
+                failSoon(.connectFailed("\(endpoint): \(error)"))
+                return
+            }
         }
         do {
             fd = try Socket.startConnect(host: endpoint.host, port: endpoint.port)
@@ -356,7 +385,7 @@ public final class RedisConnection: IOHandler, TickObserver {
     }
 
     private func scheduleFlush() {
-        if flushScheduled || connecting || fd < 0 { return }
+        if flushScheduled || connecting || tlsHandshaking || fd < 0 { return }
         flushScheduled = true
         loop.callAtEndOfTick(self)
     }
@@ -367,8 +396,22 @@ public final class RedisConnection: IOHandler, TickObserver {
     }
 
     private func flush() {
-        guard fd >= 0, !connecting else { return }
+        guard fd >= 0, !connecting, !tlsHandshaking else { return }
         while outputOffset < output.count {
+            if let tls {
+                let result = output.withUnsafeBytes { bytes in tls.write(UnsafeRawBufferPointer(rebasing: bytes[outputOffset...])) }
+                switch result {
+                case .bytes(let count):
+                    outputOffset += count
+                    continue
+                case .wantWrite, .wantRead:
+                    loop.setInterest(fd, [.read, .write])
+                    return
+                case .closed:
+                    fail(.connectionLost(tlsLossReason(tls)))
+                    return
+                }
+            }
             // MSG_NOSIGNAL: a Redis that went away (restart, kill) is an error to handle here,
             // not a SIGPIPE that ends the whole process.
             let written = output.withUnsafeBytes { bytes in
@@ -402,29 +445,111 @@ public final class RedisConnection: IOHandler, TickObserver {
             }
             // Connected; ready once the handshake is answered (`handshakeAnswered`).
             connecting = false
+            if let tlsContext {
+                do {
+                    tls = try TLSStream(context: tlsContext, fd: fd, host: endpoint.host)
+                } catch {
+                    fail(.connectFailed("\(endpoint): \(error)"))
+                    return
+                }
+                tlsHandshaking = true
+                continueTLSHandshake()
+                return
+            }
             flush()
             return
+        }
+        if tlsHandshaking { continueTLSHandshake(); return }
+        if tlsWantsWriteForRead {
+            tlsWantsWriteForRead = false
+            readable()
+            if fd < 0 { return }
         }
         flush()
     }
 
+    /// Drives the TLS handshake; once done, the queued AUTH/SELECT/PING and commands go out.
+    private func continueTLSHandshake() {
+        guard let tls, let settings = endpoint.tls else { return }
+        do throws(TLSError) {
+            switch try tls.handshake() {
+            case .wantRead:
+                loop.setInterest(fd, .read)
+            case .wantWrite:
+                loop.setInterest(fd, [.read, .write])
+            case .done:
+                tlsHandshaking = false
+                loop.setInterest(fd, .read)
+                flush()
+                // The server's first bytes may already be decrypted and waiting.
+                if fd >= 0 { readable() }
+            }
+        } catch {
+            fail(.connectFailed("\(endpoint): \(RedisTLSAdvice.handshakeFailed(error, tls: settings))"))
+        }
+    }
+
+    /// Why a TLS read or write ended the connection, with advice while it was not ready yet
+    /// (TLS 1.3 servers refuse a client certificate only after the client's handshake ended).
+    private func tlsLossReason(_ tls: TLSStream) -> String {
+        let failure = tls.lastFailure ?? "the TLS session ended"
+        if !isReady, let settings = endpoint.tls {
+            if let advice = RedisTLSAdvice.failure(failure, tls: settings) { return advice }
+            if !answered { return RedisTLSAdvice.closedAfterHandshake(failure, tls: settings) }
+        }
+        return "TLS: \(failure)"
+    }
+
+    /// The connection ended on a plain read: on a plain connection that never got an answer,
+    /// say what a TLS port does with plain text.
+    private func plainLossReason(_ cause: String) -> String {
+        if endpoint.tls == nil && !answered && !isReady { return "\(RedisTLSAdvice.plainToTLS) (\(cause))" }
+        return cause
+    }
+
     public func readable() {
         if connecting { writable(); if connecting || fd < 0 { return } }
+        if tlsHandshaking { continueTLSHandshake(); return }
         guard let reader else { return }
+        if let tls {
+            readTLS(tls, reader: reader)
+            return
+        }
         while fd >= 0 {
             let count = readBuffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
             if count > 0 {
                 if !drainReplies(reader, count: count) { return }
                 if count < readBuffer.count { return }
             } else if count == 0 {
-                fail(.connectionLost("Redis closed the connection"))
+                fail(.connectionLost(plainLossReason("Redis closed the connection")))
                 return
             } else if errno == EINTR {
                 continue
             } else if errno == EAGAIN || errno == EWOULDBLOCK {
                 return
             } else {
-                fail(.connectionLost(String(cString: strerror(errno))))
+                fail(.connectionLost(plainLossReason(String(cString: strerror(errno)))))
+                return
+            }
+        }
+    }
+
+    /// Reads until OpenSSL wants more from the socket: a record may hold several replies, and
+    /// bytes OpenSSL already decrypted raise no further readiness event.
+    private func readTLS(_ tls: TLSStream, reader: RESPReader) {
+        while fd >= 0 {
+            let result = readBuffer.withUnsafeMutableBytes { tls.read(into: $0) }
+            switch result {
+            case .bytes(let count):
+                if !drainReplies(reader, count: count) { return }
+            case .wantRead:
+                return
+            case .wantWrite:
+                tlsWantsWriteForRead = true
+                loop.setInterest(fd, [.read, .write])
+                return
+            case .closed:
+                fail(.connectionLost(tlsLossReason(tls)))
                 return
             }
         }
@@ -443,6 +568,7 @@ public final class RedisConnection: IOHandler, TickObserver {
                 return false
             }
             guard complete else { return true }
+            answered = true
             defer { tape.reset() }
             guard completionHead < completions.count else {
                 // Pub/sub messages (Sentinel's +switch-master) arrive unasked; elsewhere it is a fault.
@@ -479,11 +605,14 @@ public final class RedisConnection: IOHandler, TickObserver {
         connecting = false
         if let connectTimer { loop.cancel(connectTimer) }
         connectTimer = nil
+        tlsHandshaking = false
         if fd >= 0 {
             loop.deregister(fd)
+            if let tls, case .connectionLost("closed by Herald") = error { tls.shutdown() }
             Glibc.close(fd)
             fd = -1
         }
+        tls = nil
         let pending = completions[completionHead...]
         completions.removeAll()
         completionHead = 0

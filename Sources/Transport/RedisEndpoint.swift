@@ -1,4 +1,5 @@
-/// Where Redis is and how to log in: parsed from `redis://[user[:password]@]host[:port][/db]`.
+/// Where Redis is and how to log in: parsed from `redis://[user[:password]@]host[:port][/db]`,
+/// or `rediss://…` for TLS (`tls`: whom to trust, which client certificate to present).
 ///
 /// The user and password may be percent-encoded (`redis://app:p%40ss@redis`); an unencoded `@`,
 /// `/` or `:` in the password also works, because the credentials end at the last `@`. Every
@@ -12,18 +13,22 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     public var user: String?
     public var password: String?
     public var database: Int
+    /// TLS settings; nil for plain TCP. A connection made from this endpoint speaks TLS when set.
+    public var tls: RedisTLS?
 
     /// Longer URLs are refused before anything is parsed (a URL is a few dozen bytes).
     public static let maximumURLLength = 4096
     /// The longest DNS name.
     static let maximumHostLength = 253
 
-    public init(host: String = "127.0.0.1", port: Int = 6379, user: String? = nil, password: String? = nil, database: Int = 0) {
+    public init(host: String = "127.0.0.1", port: Int = 6379, user: String? = nil, password: String? = nil, database: Int = 0,
+                tls: RedisTLS? = nil) {
         self.host = host
         self.port = port
         self.user = user
         self.password = password
         self.database = database
+        self.tls = tls
     }
 
     public init(url: String) throws(RedisError) {
@@ -31,10 +36,11 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
         guard length <= RedisEndpoint.maximumURLLength else {
             throw .invalidURL("the Redis URL is \(length) bytes long; at most \(RedisEndpoint.maximumURLLength) are accepted")
         }
-        guard url.hasPrefix("redis://") else {
-            throw .invalidURL("the Redis URL must look like redis://[user[:password]@]host[:port][/db], got \(RedisEndpoint.redact(url))")
+        let secure = url.hasPrefix("rediss://")
+        guard secure || url.hasPrefix("redis://") else {
+            throw .invalidURL("the Redis URL must look like redis://[user[:password]@]host[:port][/db] (rediss:// for TLS), got \(RedisEndpoint.redact(url))")
         }
-        var rest = Substring(url.dropFirst("redis://".count))
+        var rest = Substring(url.dropFirst(secure ? "rediss://".count : "redis://".count))
         var user: String? = nil
         var password: String? = nil
         // The credentials end at the last `@`: host, port and database never hold one.
@@ -96,7 +102,19 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
             port = value
         }
         try RedisEndpoint.checkHost(host)
-        self.init(host: String(host), port: port, user: user, password: password, database: database)
+        self.init(host: String(host), port: port, user: user, password: password, database: database,
+                  tls: secure ? RedisTLS() : nil)
+    }
+
+    /// The same Redis login and TLS settings at another address: what a resolver (Sentinel's
+    /// master, a cluster node, a MOVED answer) connects to, so credentials, database and TLS
+    /// follow without being copied field by field. With TLS the new host is what the server's
+    /// certificate must name (or, for an IP address, list as an address).
+    public func at(host: String, port: Int) -> RedisEndpoint {
+        var copy = self
+        copy.host = host
+        copy.port = port
+        return copy
     }
 
     /// Why `host` cannot be connected to, or nil: empty, too long, or holding characters no host
@@ -138,7 +156,7 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
             credentials = RedisEndpoint.percentEncoded(user) + ":@"
         }
         let hostText = host.contains(":") ? "[\(host)]" : host
-        return "redis://\(credentials)\(hostText):\(port)/\(database)"
+        return "\(tls == nil ? "redis" : "rediss")://\(credentials)\(hostText):\(port)/\(database)"
     }
 
     /// `url` with anything before its last `@` hidden, shortened: for messages about a URL that did not parse.

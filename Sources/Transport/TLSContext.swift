@@ -51,24 +51,32 @@ public enum ClientCertificate: Sendable, Equatable {
 public final class TLSContext: @unchecked Sendable {
     let pointer: OpaquePointer
     public let isServer: Bool
+    /// Whether a client handshake must end with ALPN `h2` (APNs); Redis speaks no ALPN.
+    let requiresHTTP2: Bool
 
     private static let h2Protocols: [UInt8] = [2, 0x68, 0x32]  // "\x02h2"
 
     /// A client context: TLS 1.2+, peer verification against the system store and `caFile`,
     /// presenting `certificate` when APNs authenticates the app by certificate.
-    public init(clientTrusting caFile: String? = nil, certificate: ClientCertificate? = nil) throws(TLSError) {
+    ///
+    /// `http2` asks for (and requires) ALPN `h2`, as APNs needs. With `systemStore` false only
+    /// `caFile` is trusted: a Redis behind a private CA should not also accept any certificate a
+    /// public CA issued for its name.
+    public init(clientTrusting caFile: String? = nil, certificate: ClientCertificate? = nil,
+                http2: Bool = true, systemStore: Bool = true) throws(TLSError) {
         OpenSSLError.clearQueue()
         guard let ctx = SSL_CTX_new(TLS_client_method()) else {
             throw .configuration(OpenSSLError(operation: "creating the TLS client context"))
         }
         pointer = ctx
         isServer = false
+        requiresHTTP2 = http2
         _ = herald_SSL_CTX_set_min_proto_version(ctx, herald_TLS1_2_VERSION())
         // No SSL_MODE_RELEASE_BUFFERS here: a worker has a handful of busy connections, and
         // releasing would free and re-allocate (zeroed) the ~17 KB record buffers on every write.
         _ = herald_SSL_CTX_set_mode(ctx, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nil)
-        if SSL_CTX_set_default_verify_paths(ctx) != 1 {
+        if systemStore || caFile == nil, SSL_CTX_set_default_verify_paths(ctx) != 1 {
             throw .configuration(OpenSSLError(operation: "loading the system CA bundle"))
         }
         if let caFile {
@@ -76,9 +84,11 @@ public final class TLSContext: @unchecked Sendable {
                 throw .configuration(OpenSSLError(operation: "loading the CA file \(caFile)"))
             }
         }
-        let protocols = TLSContext.h2Protocols
-        if protocols.withUnsafeBufferPointer({ SSL_CTX_set_alpn_protos(ctx, $0.baseAddress, UInt32($0.count)) }) != 0 {
-            throw .configuration(OpenSSLError(operation: "setting ALPN h2"))
+        if http2 {
+            let protocols = TLSContext.h2Protocols
+            if protocols.withUnsafeBufferPointer({ SSL_CTX_set_alpn_protos(ctx, $0.baseAddress, UInt32($0.count)) }) != 0 {
+                throw .configuration(OpenSSLError(operation: "setting ALPN h2"))
+            }
         }
         switch certificate {
         case .none:
@@ -143,6 +153,7 @@ public final class TLSContext: @unchecked Sendable {
         }
         pointer = ctx
         isServer = true
+        requiresHTTP2 = true
         _ = herald_SSL_CTX_set_min_proto_version(ctx, herald_TLS1_2_VERSION())
         _ = herald_SSL_CTX_set_mode(ctx, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS))
         if SSL_CTX_use_certificate_chain_file(ctx, certificateFile) != 1 {

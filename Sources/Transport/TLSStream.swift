@@ -22,6 +22,10 @@ final class TLSStream {
 
     let ssl: OpaquePointer
     let host: String
+    private let requiresHTTP2: Bool
+    /// Why the last `read` or `write` answered `.closed`: OpenSSL's error queue, or the system
+    /// error, or the peer's close. For messages about a connection that failed.
+    private(set) var lastFailure: String?
 
     init(context: TLSContext, fd: Int32, host: String) throws(TLSError) {
         OpenSSLError.clearQueue()
@@ -30,6 +34,7 @@ final class TLSStream {
         }
         self.ssl = ssl
         self.host = host
+        self.requiresHTTP2 = context.requiresHTTP2
         if SSL_set_fd(ssl, fd) != 1 {
             throw .configuration(OpenSSLError(operation: "binding the TLS session to its socket"))
         }
@@ -86,7 +91,7 @@ final class TLSStream {
         OpenSSLError.clearQueue()
         let result = SSL_do_handshake(ssl)
         if result == 1 {
-            try checkALPN()
+            if requiresHTTP2 { try checkALPN() }
             return .done
         }
         let error = SSL_get_error(ssl, result)
@@ -120,11 +125,7 @@ final class TLSStream {
         OpenSSLError.clearQueue()
         let n = SSL_read(ssl, buffer.baseAddress, Int32(buffer.count))
         if n > 0 { return .bytes(Int(n)) }
-        switch SSL_get_error(ssl, n) {
-        case SSL_ERROR_WANT_READ: return .wantRead
-        case SSL_ERROR_WANT_WRITE: return .wantWrite
-        default: return .closed
-        }
+        return failed(n, operation: "TLS read")
     }
 
     func write(_ buffer: UnsafeRawBufferPointer) -> IOResult {
@@ -132,11 +133,31 @@ final class TLSStream {
         OpenSSLError.clearQueue()
         let n = SSL_write(ssl, buffer.baseAddress, Int32(buffer.count))
         if n > 0 { return .bytes(Int(n)) }
-        switch SSL_get_error(ssl, n) {
+        return failed(n, operation: "TLS write")
+    }
+
+    /// Classifies a failed `SSL_read`/`SSL_write`; on `.closed`, keeps why in `lastFailure`.
+    private func failed(_ result: Int32, operation: String) -> IOResult {
+        let savedErrno = errno
+        let code = SSL_get_error(ssl, result)
+        switch code {
         case SSL_ERROR_WANT_READ: return .wantRead
         case SSL_ERROR_WANT_WRITE: return .wantWrite
-        default: return .closed
+        case SSL_ERROR_ZERO_RETURN:
+            lastFailure = "the peer closed the TLS session"
+        case SSL_ERROR_SYSCALL:
+            let stack = OpenSSLError(operation: operation)
+            if !stack.entries.isEmpty {
+                lastFailure = stack.description
+            } else if savedErrno != 0 {
+                lastFailure = String(cString: strerror(savedErrno))
+            } else {
+                lastFailure = "the peer closed the connection"
+            }
+        default:
+            lastFailure = OpenSSLError(operation: operation).description
         }
+        return .closed
     }
 
     /// True when the peer presented a certificate that verified (the emulator's certificate auth).

@@ -57,13 +57,17 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     public var counters: WorkerCounters {
         var counters = rules.counters
         counters.redisErrors = channels.reduce(0) { $0 + $1.redisErrors }
+        counters.consumersRemoved = channels.reduce(0) { $0 + $1.consumersRemoved }
         return counters
     }
 
     /// What this loop did per queue, in `configuration.queues` order.
     public var queueCounters: [WorkerCounters] {
         var all = rules.queueCounters
-        for index in all.indices { all[index].redisErrors = channels[index].redisErrors }
+        for index in all.indices {
+            all[index].redisErrors = channels[index].redisErrors
+            all[index].consumersRemoved = channels[index].consumersRemoved
+        }
         return all
     }
 
@@ -72,6 +76,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
 
     private var retryTimer: EventLoop.TimerID?
     private var claimTimer: EventLoop.TimerID?
+    private var idleConsumerTimer: EventLoop.TimerID?
     private var pauseTimer: EventLoop.TimerID?
     private var pauseFailures = 0
     private var batchScheduled = false
@@ -141,6 +146,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         for channel in channels { connectRedis(channel) }
         scheduleRetryPromotion()
         scheduleClaim()
+        scheduleIdleConsumerRemoval()
     }
 
     /// Stops reading, lets in-flight notifications finish within the drain timeout, acknowledges
@@ -151,6 +157,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         logger.info("draining", metadata: ["in_flight": "\(inFlight)", "queued": "\(rules.queuedTokens)"])
         if let retryTimer { loop.cancel(retryTimer) }
         if let claimTimer { loop.cancel(claimTimer) }
+        if let idleConsumerTimer { loop.cancel(idleConsumerTimer) }
         if let pauseTimer { loop.cancel(pauseTimer) }
         let handedBack = rules.drain(now: wallNow())
         if handedBack > 0 { logger.info("handed back unsent notifications", metadata: ["count": "\(handedBack)"]) }
@@ -183,14 +190,16 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         onStopped?()
     }
 
-    /// Redis reachable for every queue, every group in place, reading (not starting, draining or stopped).
+    /// Redis reachable for every queue, every group in place, reading (not starting, draining or
+    /// stopped, and Redis not refusing a queue's reads: NOPERM, WRONGTYPE).
     public var isReady: Bool {
-        phase == .running && channels.allSatisfy { $0.groupReady && ($0.writer?.isReady ?? false) } && haltedApps.isEmpty
+        phase == .running && channels.allSatisfy(\.isReady) && haltedApps.isEmpty
     }
 
-    /// Queues whose Redis connection or consumer group is not ready (for /readyz's reason).
+    /// Queues whose Redis connection or consumer group is not ready, or whose reads Redis
+    /// refuses (for /readyz's reason).
     public var unreadyQueues: [String] {
-        channels.filter { !($0.groupReady && ($0.writer?.isReady ?? false)) }.map(\.keys.queue)
+        channels.filter { !$0.isReady }.map(\.keys.queue)
     }
 
     /// Apps whose credentials APNs refused (their pools probe again by themselves).
@@ -213,7 +222,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             guard case .success(.array(let groups)) = result,
                   let info = groups.map(RedisReplyReader.map).first(where: { $0["name"]?.string == keys.group }) else { return }
             sample.pending = Int(info["pending"]?.integer ?? 0)
-            sample.lag = Int(info["lag"]?.integer ?? 0)
+            // XLEN was answered first (replies come in order): depth is already in the sample.
+            sample.lag = QueueLag.of(reported: info["lag"]?.integer, depth: sample.depth, pending: sample.pending).lag
         }
         writer.send(["ZCARD", keys.retry]) { result in sample.retrySetSize = Int(result.integerValue ?? 0) }
         writer.send(["XLEN", keys.dead]) { result in sample.deadLetters = Int(result.integerValue ?? 0) }
@@ -237,6 +247,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
 
     private func connectRedis(_ channel: QueueChannel) {
         channel.reconnectTimer = nil
+        // The new connections create the group (and replay) themselves once ready.
+        if let groupRetry = channel.groupRetry { loop.cancel(groupRetry) }
+        channel.groupRetry = nil
         guard phase == .running || phase == .draining else { return }
         if let cluster {
             // On a cluster, first where the queue's slot lives (the map is read again when stale).
@@ -447,13 +460,19 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 self.notWritableMaster(channel, message)
                 return
             case .success(.error(let message)) where !message.hasPrefix("BUSYGROUP"):
-                channel.logger.error("cannot create the consumer group", metadata: ["error": "\(message)"])
+                // Reading without the group would only answer NOGROUP and ask to create it again,
+                // at once: try again later, longer each time (NOPERM, LOADING, a key of another type).
+                channel.logger.error("cannot create the consumer group",
+                                     metadata: ["error": "\(message)"].merging(QueueWorker.advice(for: message)) { a, _ in a })
                 channel.redisErrors += 1
+                self.retryGroup(channel, replayingUnconfirmed: replayingUnconfirmed)
+                return
             case .failure:
                 return
             default:
                 break
             }
+            channel.groupFailures = 0
             if replayingUnconfirmed {
                 if channel.failures > 0 || channel.redirectsInARow > 0 {
                     channel.logger.info("Redis connection restored", metadata: ["redis": "\(channel.endpoint.map { "\($0)" } ?? "")"])
@@ -466,6 +485,26 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             channel.pendingCursor = "0"
             self.maybeRead()
         }
+    }
+
+    /// Creates the group again after 1 s, doubling up to a minute while Redis keeps refusing.
+    private func retryGroup(_ channel: QueueChannel, replayingUnconfirmed: Bool) {
+        guard channel.groupRetry == nil else { return }
+        channel.groupFailures += 1
+        let delay = Backoff.reconnect.delayMilliseconds(afterFailures: channel.groupFailures, using: &random)
+        channel.groupRetry = loop.schedule(afterMilliseconds: delay) { [weak self, weak channel] in
+            guard let self, let channel else { return }
+            channel.groupRetry = nil
+            guard self.phase == .running || self.phase == .draining else { return }
+            self.ensureGroup(channel, replayingUnconfirmed: replayingUnconfirmed)
+        }
+    }
+
+    /// What to do about a refusal, for its log line: a missing ACL right names where the users are
+    /// documented.
+    static func advice(for message: String) -> Logger.Metadata {
+        guard message.hasPrefix("NOPERM") else { return [:] }
+        return ["fix": "give the worker's Redis ACL user the permission (docs/operations.md, \"Redis ACL users\"); the worker retries with a backoff"]
     }
 
     /// Writes again the queue's outcome batches Redis never confirmed, minus the entries it no
@@ -550,7 +589,12 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         } else {
             channel.errorRepeats = message == channel.lastError ? channel.errorRepeats + 1 : 0
             channel.lastError = message
-            channel.logger.error("Redis error", metadata: ["error": "\(message)", "queue_keys": "\(channel.keys.jobs)"])
+            if message.hasPrefix("NOPERM") {
+                channel.logger.error("Redis refused a command for lack of permission",
+                                     metadata: ["error": "\(message)", "queue_keys": "\(channel.keys.jobs)"].merging(QueueWorker.advice(for: message)) { a, _ in a })
+            } else {
+                channel.logger.error("Redis error", metadata: ["error": "\(message)", "queue_keys": "\(channel.keys.jobs)"])
+            }
         }
     }
 
@@ -901,6 +945,41 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         }
     }
 
+    /// Every quarter of `--idle-consumer-timeout` (at most every 5 minutes), removes each queue's
+    /// consumers that own nothing and were idle that long: workers that were scaled down or
+    /// replaced, which would otherwise pile up in XINFO CONSUMERS and `herald stats` forever.
+    private func scheduleIdleConsumerRemoval() {
+        let timeout = configuration.idleConsumerTimeoutMilliseconds
+        guard timeout > 0 else { return }
+        let interval = min(300_000, max(250, timeout / 4))
+        idleConsumerTimer = loop.schedule(afterMilliseconds: interval) { [weak self] in
+            guard let self, self.phase == .running else { return }
+            for channel in self.channels { self.removeIdleConsumers(channel) }
+            self.scheduleIdleConsumerRemoval()
+        }
+    }
+
+    /// One script call per queue (its keys share a hash slot): atomic, so a consumer that comes
+    /// back between the check and the removal keeps its pending entries.
+    private func removeIdleConsumers(_ channel: QueueChannel) {
+        guard channel.groupReady, let writer = channel.writer, writer.isReady else { return }
+        let keys = channel.keys
+        writer.send(["EVAL", QueueScripts.removeIdleConsumers, "1", keys.jobs, keys.group, configuration.consumer,
+                     String(configuration.idleConsumerTimeoutMilliseconds)]) { [weak self, weak channel] result in
+            guard let self, let channel else { return }
+            switch result {
+            case .success(.array(let names)) where !names.isEmpty:
+                channel.consumersRemoved += names.count
+                channel.logger.info("removed idle consumers that owned no pending entries",
+                                    metadata: ["consumers": "\(names.compactMap(\.string).joined(separator: ","))"])
+            case .success(.error(let message)):
+                self.handleRedisError(message, channel: channel)
+            default:
+                break
+            }
+        }
+    }
+
     private func scheduleClaim() {
         let interval = max(500, configuration.claimIdleMilliseconds / 4)
         claimTimer = loop.schedule(afterMilliseconds: interval) { [weak self] in
@@ -985,6 +1064,11 @@ final class QueueChannel {
     /// Reads paused after a failed read (`QueueWorker.pauseReads`), and how many failed in a row.
     var readPause: EventLoop.TimerID?
     var readFailures = 0
+    /// Group creation retried after Redis refused it (`QueueWorker.retryGroup`), and how often in a row.
+    var groupRetry: EventLoop.TimerID?
+    var groupFailures = 0
+    /// Consumers removed as idle with nothing pending (`--idle-consumer-timeout`).
+    var consumersRemoved = 0
     /// The last Redis error and how often it repeated since (to log a repeat once per hundred).
     var lastError: String?
     var errorRepeats = 0
@@ -1007,6 +1091,9 @@ final class QueueChannel {
     /// Connected, the group in place: it may read.
     var canRead: Bool { groupReady && readPause == nil && (reader?.isReady ?? false) }
 
+    /// Connected, the group in place, and Redis not refusing its reads (ready as /readyz means it).
+    var isReady: Bool { groupReady && readFailures == 0 && (writer?.isReady ?? false) }
+
     /// Updates the bytes-per-entry estimate from one reply.
     func noteReply(bytes: Int, entries: Int) {
         guard entries > 0 else { return }
@@ -1017,6 +1104,7 @@ final class QueueChannel {
     func close(loop: EventLoop) {
         if let reconnectTimer { loop.cancel(reconnectTimer) }
         if let readPause { loop.cancel(readPause) }
+        if let groupRetry { loop.cancel(groupRetry) }
         reader?.delegate = nil
         writer?.delegate = nil
         reader?.close()

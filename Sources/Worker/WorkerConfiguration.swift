@@ -36,6 +36,9 @@ public struct WorkerConfiguration: Sendable {
     public var retryPollMilliseconds: Int64 = 250
     /// Dead-letter and feedback streams are trimmed to about this many entries.
     public var deadLetterMaxLength = 1_000_000
+    /// Consumers of the group idle this long that own no pending entry are removed
+    /// (`--idle-consumer-timeout`): what scaled-down or replaced workers leave behind. 0: never.
+    public var idleConsumerTimeoutMilliseconds: Int64 = 3_600_000
 
     public init(consumer: String) {
         self.consumer = consumer

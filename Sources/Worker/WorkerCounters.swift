@@ -19,6 +19,8 @@ public struct WorkerCounters: Sendable, Equatable {
     public var deadLetteredByReason: [String: Int] = [:]
     public var unknownFields = 0
     public var redisErrors = 0
+    /// Consumers of the group removed as idle with nothing pending (`--idle-consumer-timeout`).
+    public var consumersRemoved = 0
 
     public init() {}
 
@@ -52,6 +54,7 @@ public struct WorkerCounters: Sendable, Equatable {
         sum.deadLetteredByReason.merge(b.deadLetteredByReason, uniquingKeysWith: +)
         sum.unknownFields += b.unknownFields
         sum.redisErrors += b.redisErrors
+        sum.consumersRemoved += b.consumersRemoved
         return sum
     }
 }

@@ -103,6 +103,7 @@ public final class WorkerMetrics {
         let jobsRead: CoreMetrics.Counter
         let jobsReclaimed: CoreMetrics.Counter
         let redisErrors: CoreMetrics.Counter
+        let consumersRemoved: CoreMetrics.Counter
         let unknownFields: CoreMetrics.Counter
 
         init(queue: String, apps: [String], metrics: HeraldMetrics) {
@@ -116,6 +117,7 @@ public final class WorkerMetrics {
             jobsRead = metrics.counter("herald_jobs_read_total", q)
             jobsReclaimed = metrics.counter("herald_jobs_reclaimed_total", q)
             redisErrors = metrics.counter("herald_redis_errors_total", q)
+            consumersRemoved = metrics.counter("herald_consumers_removed_total", q)
             unknownFields = metrics.counter("herald_jobs_unknown_fields_total", q)
         }
     }
@@ -251,6 +253,7 @@ public final class WorkerMetrics {
         WorkerMetrics.add(series.jobsRead, counters.jobsRead - previous.jobsRead)
         WorkerMetrics.add(series.jobsReclaimed, counters.jobsReclaimed - previous.jobsReclaimed)
         WorkerMetrics.add(series.redisErrors, counters.redisErrors - previous.redisErrors)
+        WorkerMetrics.add(series.consumersRemoved, counters.consumersRemoved - previous.consumersRemoved)
         WorkerMetrics.add(series.unknownFields, counters.unknownFields - previous.unknownFields)
         let q = [("queue", series.queue)]
         for (reason, count) in counters.deadLetteredByReason where count != previous.deadLetteredByReason[reason] {

@@ -5,8 +5,17 @@ import Transport
 
 /// Which Redis and which queue.
 struct QueueOptions: ParsableArguments {
-    @Option(help: "Redis URL, redis://[user@]host[:port][/db], or redis+cluster://host:port,host:port/ for a Redis Cluster (env HERALD_REDIS; default redis://127.0.0.1:6379). Give the password with --redis-password-file or HERALD_REDIS_PASSWORD, not here: the command line is visible to every local user.")
+    @Option(help: "Redis URL, redis://[user@]host[:port][/db], rediss://… for TLS, or redis+cluster://host:port,host:port/ for a Redis Cluster (env HERALD_REDIS; default redis://127.0.0.1:6379). Give the password with --redis-password-file or HERALD_REDIS_PASSWORD, not here: the command line is visible to every local user.")
     var redis: String?
+
+    @Option(name: .customLong("redis-ca-file"), help: "With a rediss:// URL: the PEM CA certificate(s) Redis' certificate must chain to, trusted instead of the system store (env HERALD_REDIS_CA_FILE; default the system store). Verification is always on.")
+    var redisCAFile: String?
+
+    @Option(name: .customLong("redis-cert"), help: "With a rediss:// URL: a PEM client certificate for Redis' tls-auth-clients, with --redis-key (env HERALD_REDIS_CERT; default none).")
+    var redisCert: String?
+
+    @Option(name: .customLong("redis-key"), help: "The PEM private key of --redis-cert (env HERALD_REDIS_KEY; default none).")
+    var redisKey: String?
 
     @Option(name: .customLong("redis-password-file"), help: "A file holding the Redis password (env HERALD_REDIS_PASSWORD_FILE; or HERALD_REDIS_PASSWORD holding the password itself). Wins over a password in the URL (default: the URL's password, if any).")
     var redisPasswordFile: String?
@@ -36,20 +45,22 @@ struct QueueOptions: ParsableArguments {
     /// The endpoint with its password from, highest first: --redis-password-file,
     /// HERALD_REDIS_PASSWORD_FILE, HERALD_REDIS_PASSWORD, the config file's `redis_password_file`
     /// (`configPasswordFile`), the URL.
-    func endpoint(configPasswordFile: String? = nil) throws -> RedisEndpoint {
+    func endpoint(configPasswordFile: String? = nil, configTLS: RedisTLS? = nil) throws -> RedisEndpoint {
         let url = redis ?? environmentValue("REDIS") ?? "redis://127.0.0.1:6379"
         if RedisClusterSeeds.isClusterURL(url) {
             // A tool given a cluster URL talks to the first seed unless it routes (`blockingClient`).
             return try clusterSeeds(configPasswordFile: configPasswordFile).endpoints[0]
         }
-        return try target(configPasswordFile: configPasswordFile).endpoint
+        return try target(configPasswordFile: configPasswordFile, configTLS: configTLS).endpoint
     }
 
     /// The Redis endpoint (with `sentinel`: only its credentials and database) and the Sentinel
     /// settings, each from flags, then HERALD_* variables, then the config file's values (which
     /// `herald worker` copies into these options), then defaults. A Redis host and a sentinel
-    /// list together are refused: the sentinels say where the master is.
-    func target(configPasswordFile: String? = nil, configSentinelPasswordFile: String? = nil)
+    /// list together are refused: the sentinels say where the master is. With a `rediss://` URL
+    /// the endpoint carries the TLS files (`configTLS`: the config file's), so the master the
+    /// sentinels name is reached over TLS too.
+    func target(configPasswordFile: String? = nil, configSentinelPasswordFile: String? = nil, configTLS: RedisTLS? = nil)
         throws -> (endpoint: RedisEndpoint, sentinel: SentinelConfiguration?) {
         let sentinelList = sentinel ?? environmentValue("SENTINEL")
         let masterName = sentinelMaster ?? environmentValue("SENTINEL_MASTER")
@@ -88,6 +99,10 @@ struct QueueOptions: ParsableArguments {
         if let password = try RedisPassword.resolve(flagFile: redisPasswordFile, configFile: configPasswordFile) {
             endpoint.password = password
         }
+        let files = RedisTLS(caFile: redisCAFile ?? environmentValue("REDIS_CA_FILE") ?? configTLS?.caFile,
+                             certificateFile: redisCert ?? environmentValue("REDIS_CERT") ?? configTLS?.certificateFile,
+                             keyFile: redisKey ?? environmentValue("REDIS_KEY") ?? configTLS?.keyFile)
+        endpoint.tls = try RedisTLSOptions.resolve(files, secure: endpoint.tls != nil)
         return (endpoint, sentinelConfiguration)
     }
 
@@ -208,5 +223,30 @@ enum RedisPassword {
         let password = try readSecretFile(path, warn: printWarning)
         guard !password.isEmpty else { throw ValidationError("the Redis password file \(path) is empty") }
         return password
+    }
+}
+
+/// The TLS files of a Redis endpoint, checked once at start-up.
+enum RedisTLSOptions {
+    /// The endpoint's TLS settings: nil for a plain `redis://` URL (TLS files with one are an
+    /// error, not silently unused); for `rediss://`, the files, loaded once so that a missing or
+    /// unreadable one is a start-up error that names it.
+    static func resolve(_ files: RedisTLS, secure: Bool) throws -> RedisTLS? {
+        let given = [files.caFile.map { _ in "--redis-ca-file" }, files.certificateFile.map { _ in "--redis-cert" },
+                     files.keyFile.map { _ in "--redis-key" }].compactMap { $0 }
+        guard secure else {
+            if !given.isEmpty {
+                throw ValidationError("\(given.joined(separator: ", ")) (or HERALD_REDIS_CA_FILE, HERALD_REDIS_CERT, HERALD_REDIS_KEY, "
+                    + "redis_ca_file, redis_cert, redis_key) need a TLS URL: use rediss:// instead of redis://")
+            }
+            return nil
+        }
+        if let key = files.keyFile { checkSecretFilePermissions(key, warn: printWarning) }
+        do {
+            _ = try files.makeContext()
+        } catch {
+            throw ValidationError("cannot set up TLS for Redis: \(error)")
+        }
+        return files
     }
 }

@@ -83,7 +83,7 @@ struct StatsCommand: ParsableCommand {
                 + QueueToolOutput.table(["CONSUMER", "PENDING", "IDLE", "INACTIVE"], consumerRows, indent: "  "))
         }
         if stats.contains(where: { $0.group?.lagIsExact == false }) {
-            sections.append("~: Redis cannot count the lag (entries were deleted out of order); estimated as depth - pending.")
+            sections.append("~: Redis cannot count the lag (entries were deleted out of order, or Redis is older than 7.0); estimated as depth - pending.")
         }
         return sections.joined(separator: "\n\n")
     }

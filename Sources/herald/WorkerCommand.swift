@@ -38,6 +38,7 @@ struct WorkerCommand: ParsableCommand {
     var config: String?
     @Option(help: "Entries per XREADGROUP at most, 1 to 100000 (env HERALD_BATCH; default 256).") var batch: Int?
     @Option(name: .customLong("claim-idle"), help: "Seconds before another worker's idle entries are taken over, 1 to 86400 (env HERALD_CLAIM_IDLE; default 60).") var claimIdle: Int?
+    @Option(name: .customLong("idle-consumer-timeout"), help: "Seconds after which a consumer of the group that owns no pending entry (a worker that was scaled down or replaced) is removed, 0 (never) to 31536000 (env HERALD_IDLE_CONSUMER_TIMEOUT; default 3600).") var idleConsumerTimeout: Int?
     @Option(name: .customLong("max-attempts"), help: "Attempts per notification before it is dead-lettered, 1 to 1000 (env HERALD_MAX_ATTEMPTS; default 8).") var maxAttempts: Int?
     @Option(name: .customLong("max-deliveries"), help: "Deliveries of one entry to workers before it is dead-lettered, 1 to 1000000 (env HERALD_MAX_DELIVERIES; default 10).") var maxDeliveries: Int?
     @Option(name: .customLong("drain-timeout"), help: "Seconds to finish in-flight notifications on SIGTERM, 0 to 3600 (env HERALD_DRAIN_TIMEOUT; default 30).") var drainTimeout: Int?
@@ -60,7 +61,8 @@ struct WorkerCommand: ParsableCommand {
         let clusterSeeds = try queueSettings.isCluster(configCluster: file?.redisCluster)
             ? try CommandFailure.configuring { try queueSettings.clusterSeeds(configPasswordFile: file?.redisPasswordFile) } : nil
         let (endpoint, sentinel) = try clusterSeeds.map { ($0.endpoints[0], nil) } ?? CommandFailure.configuring {
-            try queueSettings.target(configPasswordFile: file?.redisPasswordFile, configSentinelPasswordFile: file?.sentinelPasswordFile)
+            try queueSettings.target(configPasswordFile: file?.redisPasswordFile, configSentinelPasswordFile: file?.sentinelPasswordFile,
+                                     configTLS: file.map { RedisTLS(caFile: $0.redisCAFile, certificateFile: $0.redisCert, keyFile: $0.redisKey) })
         }
         let queues = try queueSettings.queueKeys(file: file)
         let apps = try resolveApps(file: file)
@@ -72,6 +74,11 @@ struct WorkerCommand: ParsableCommand {
         let claimIdleSeconds = try claimIdle ?? intEnvironment("CLAIM_IDLE") ?? file?.claimIdle ?? 60
         guard (1...86_400).contains(claimIdleSeconds) else { throw ValidationError("--claim-idle must be 1 to 86400 seconds, not \(claimIdleSeconds)") }
         base.claimIdleMilliseconds = Int64(claimIdleSeconds) * 1000
+        let idleConsumerSeconds = try idleConsumerTimeout ?? intEnvironment("IDLE_CONSUMER_TIMEOUT") ?? file?.idleConsumerTimeout ?? 3_600
+        guard (0...31_536_000).contains(idleConsumerSeconds) else {
+            throw ValidationError("--idle-consumer-timeout must be 0 (never) to 31536000 seconds, not \(idleConsumerSeconds)")
+        }
+        base.idleConsumerTimeoutMilliseconds = Int64(idleConsumerSeconds) * 1000
         base.maxAttempts = try maxAttempts ?? intEnvironment("MAX_ATTEMPTS") ?? file?.maxAttempts ?? base.maxAttempts
         base.maxDeliveries = try maxDeliveries ?? intEnvironment("MAX_DELIVERIES") ?? file?.maxDeliveries ?? base.maxDeliveries
         let drainSeconds = try drainTimeout ?? intEnvironment("DRAIN_TIMEOUT") ?? file?.drainTimeout ?? 30

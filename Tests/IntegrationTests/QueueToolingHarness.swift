@@ -12,8 +12,8 @@ final class QueueToolingHarness {
     let directory: TemporaryDirectory
     private var runs = 0
 
-    init(queue: String = "tooling") throws {
-        server = try RedisServer()
+    init(queue: String = "tooling", tls: RedisServer.TLS? = nil) throws {
+        server = try RedisServer(tls: tls)
         redis = try BlockingRedisClient(endpoint: server.endpoint)
         keys = QueueKeys(queue: queue)
         directory = try TemporaryDirectory(prefix: "herald-qt")
@@ -125,6 +125,10 @@ final class QueueToolingHarness {
         environment["HERALD_QUEUE"] = nil
         environment["HERALD_QUEUES"] = nil
         environment["HERALD_SHARDS"] = nil
+        // A TLS server's CA and client certificate travel as the operator's HERALD_* variables.
+        environment["HERALD_REDIS_CA_FILE"] = server.tls?.clientTLS.caFile
+        environment["HERALD_REDIS_CERT"] = server.tls?.clientTLS.certificateFile
+        environment["HERALD_REDIS_KEY"] = server.tls?.clientTLS.keyFile
         for (name, value) in extra { environment[name] = value }
         process.environment = environment
         process.standardInput = FileHandle.nullDevice

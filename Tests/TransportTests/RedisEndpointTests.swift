@@ -36,6 +36,17 @@ import Testing
         #expect(endpoint.description == "redis://[::1]:7000/1")
     }
 
+    @Test func rediss_isTLSAndAnotherAddressKeepsLoginAndTLS() throws {
+        var endpoint = try RedisEndpoint(url: "rediss://app:pw@cache.internal:6380/2")
+        endpoint.tls?.caFile = "/etc/herald/redis-ca.pem"
+        #expect(endpoint.description == "rediss://app:***@cache.internal:6380/2")
+        let moved = endpoint.at(host: "10.0.0.7", port: 7001)
+        #expect(moved.host == "10.0.0.7" && moved.port == 7001)
+        #expect(moved.user == "app" && moved.password == "pw" && moved.database == 2)
+        #expect(moved.tls == RedisTLS(caFile: "/etc/herald/redis-ca.pem"))
+        #expect(try RedisEndpoint(url: "redis://cache.internal").tls == nil)
+    }
+
     @Test func descriptionAndChildURLNeverHoldThePassword() throws {
         let endpoint = try RedisEndpoint(url: "redis://ops:TopSecret1@redis:6379/3")
         #expect(endpoint.description == "redis://ops:***@redis:6379/3")
@@ -50,7 +61,7 @@ import Testing
         "redis://host:99999999999999999999999", "redis://host:6379abc",
         "redis://host/abc", "redis://host/-1", "redis://host/99999999999999999999", "redis://host/0?timeout=1",
         "redis://ho st", "redis://host\u{0}evil", "redis://a::b", "redis://[::1", "redis://[::1]x",
-        "http://host", "rediss://host", "host:6379", "", "redis:/host",
+        "http://host", "redis+tls://host", "host:6379", "", "redis:/host",
         "redis://:pw%4@host", "redis://:pw%zz@host", "redis://:%ff%fe@host",
         "redis://" + String(repeating: "a", count: 300),
         "redis://" + String(repeating: "h", count: 5000),

@@ -9,20 +9,56 @@ final class RedisServer: @unchecked Sendable {
     let directory: TemporaryDirectory
     let port: Int
     let appendOnly: Bool
+    /// Set for a TLS-only server (`--port 0 --tls-port PORT`).
+    let tls: TLS?
     private var process: Process?
 
-    var endpoint: RedisEndpoint { RedisEndpoint(host: "127.0.0.1", port: port) }
-    var url: String { "redis://127.0.0.1:\(port)" }
+    /// How a TLS-only server is set up: what it presents, whom it trusts, whether it requires
+    /// client certificates (`--tls-auth-clients yes`), and what its clients trust and present.
+    struct TLS: Sendable {
+        var certificates: TestCertificates
+        var serverCertificate: String
+        var serverKey: String
+        var authClients: Bool
+        /// What `endpoint` and `cliArguments` give clients: the CA and (with `authClients`) the
+        /// client certificate.
+        var clientTLS: RedisTLS
 
-    /// Starts `redis-server` and waits until it answers PING.
-    init(appendOnly: Bool = false) throws {
+        init(certificates: TestCertificates, authClients: Bool = false) {
+            self.certificates = certificates
+            serverCertificate = certificates.serverCertificate
+            serverKey = certificates.serverKey
+            self.authClients = authClients
+            clientTLS = RedisTLS(caFile: certificates.caFile,
+                                 certificateFile: authClients ? certificates.clientCertificate : nil,
+                                 keyFile: authClients ? certificates.clientKey : nil)
+        }
+    }
+
+    var endpoint: RedisEndpoint { RedisEndpoint(host: "127.0.0.1", port: port, tls: tls?.clientTLS) }
+    var url: String { "\(tls == nil ? "redis" : "rediss")://127.0.0.1:\(port)" }
+    /// `--redis URL` and, for TLS, the CA and client-certificate flags: what `herald` needs.
+    var cliArguments: [String] {
+        var arguments = ["--redis", url]
+        if let client = tls?.clientTLS {
+            if let caFile = client.caFile { arguments += ["--redis-ca-file", caFile] }
+            if let certificate = client.certificateFile, let key = client.keyFile {
+                arguments += ["--redis-cert", certificate, "--redis-key", key]
+            }
+        }
+        return arguments
+    }
+
+    /// Starts `redis-server` and waits until it answers PING (a TLS server: until it is ready).
+    init(appendOnly: Bool = false, tls: TLS? = nil) throws {
         directory = try TemporaryDirectory(prefix: "herald-redis")
         self.appendOnly = appendOnly
+        self.tls = tls
         // The free port is only free until someone takes it: try a few.
         var lastError: (any Error)? = nil
         for _ in 0..<5 {
             let candidate = try RedisServer.freePort()
-            if let error = RedisServer.launch(port: candidate, directory: directory, appendOnly: appendOnly, into: &process) {
+            if let error = RedisServer.launch(port: candidate, directory: directory, appendOnly: appendOnly, tls: tls, into: &process) {
                 lastError = error
                 continue
             }
@@ -45,19 +81,28 @@ final class RedisServer: @unchecked Sendable {
     /// (Re)starts the server on `port` with the same directory (and so the same append-only file).
     func start() throws {
         precondition(process == nil, "redis-server is already running")
-        if let error = RedisServer.launch(port: port, directory: directory, appendOnly: appendOnly, into: &process) { throw error }
+        if let error = RedisServer.launch(port: port, directory: directory, appendOnly: appendOnly, tls: tls, into: &process) { throw error }
     }
 
     /// Starts redis-server and waits until it answers PING; the error, or nil with `process` set.
-    private static func launch(port: Int, directory: TemporaryDirectory, appendOnly: Bool, into slot: inout Process?) -> (any Error)? {
+    private static func launch(port: Int, directory: TemporaryDirectory, appendOnly: Bool, tls: TLS?,
+                               into slot: inout Process?) -> (any Error)? {
         let process = Process()
         do {
             process.executableURL = URL(fileURLWithPath: try RedisServer.executable())
-            process.arguments = [
-                "--port", String(port), "--bind", "127.0.0.1", "--dir", directory.path, "--save", "",
+            var arguments = [
+                "--bind", "127.0.0.1", "--dir", directory.path, "--save", "",
                 "--appendonly", appendOnly ? "yes" : "no", "--daemonize", "no", "--protected-mode", "no",
                 "--logfile", directory.path("redis.log"),
             ]
+            if let tls {
+                arguments += ["--port", "0", "--tls-port", String(port), "--tls-cert-file", tls.serverCertificate,
+                              "--tls-key-file", tls.serverKey, "--tls-ca-cert-file", tls.certificates.caFile,
+                              "--tls-auth-clients", tls.authClients ? "yes" : "no"]
+            } else {
+                arguments += ["--port", String(port)]
+            }
+            process.arguments = arguments
             process.standardInput = FileHandle.nullDevice
             process.standardOutput = FileHandle.nullDevice
             process.standardError = FileHandle.nullDevice
@@ -66,9 +111,11 @@ final class RedisServer: @unchecked Sendable {
             return error
         }
         let deadline = EventLoop.monotonicMilliseconds() + 10_000
+        // A restart appends to the same log: only what this run wrote counts.
+        let logOffset = (try? FileManager.default.attributesOfItem(atPath: directory.path("redis.log"))[.size] as? Int) ?? 0
         while EventLoop.monotonicMilliseconds() < deadline {
             if !process.isRunning { break }
-            if RedisServer.ping(port: port) {
+            if tls == nil ? RedisServer.ping(port: port) : RedisServer.readyForTLS(port: port, log: directory.path("redis.log"), from: logOffset) {
                 slot = process
                 return nil
             }
@@ -105,6 +152,23 @@ final class RedisServer: @unchecked Sendable {
         let (fd, port) = try Socket.listen(host: "127.0.0.1", port: 0)
         close(fd)
         return port
+    }
+
+    /// A TLS server is ready once it logged so and accepts a TCP connection (a plain PING cannot
+    /// tell: it would get no answer).
+    static func readyForTLS(port: Int, log: String, from offset: Int) -> Bool {
+        guard let data = FileManager.default.contents(atPath: log), data.count > offset,
+              String(decoding: data.dropFirst(offset), as: UTF8.self).contains("Ready to accept connections") else { return false }
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        } == 0
     }
 
     /// A blocking `PING` that is true only for `+PONG` (not `-LOADING` while the AOF loads).

@@ -173,6 +173,21 @@ final class InProcessWorker: @unchecked Sendable {
         try await thread.submit { [self] in worker.counters }
     }
 
+    /// The worker's own queue sample (what its gauges publish), nil while Redis is not ready.
+    func sample() async throws -> QueueSample? {
+        let thread = self.thread
+        return try await withCheckedThrowingContinuation { continuation in
+            thread.loop.execute { [self] in
+                worker.sampleQueue { continuation.resume(returning: $0) }
+            }
+        }
+    }
+
+    /// Consumers this worker removed as idle (`--idle-consumer-timeout`).
+    func consumersRemoved() async throws -> Int {
+        try await thread.submit { [self] in worker.counters.consumersRemoved }
+    }
+
     /// The worker's counts per queue (`configuration.queues` order).
     func queueCounters() async throws -> [WorkerCounters] {
         try await thread.submit { [self] in worker.queueCounters }
@@ -365,12 +380,12 @@ final class WorkerBed: @unchecked Sendable {
     private(set) var workers: [InProcessWorker] = []
     private(set) var processes: [WorkerProcess] = []
 
-    init(appendOnly: Bool, emulator configure: @Sendable (inout MockAPNsConfiguration) -> Void) async throws {
+    init(appendOnly: Bool, redisTLS: RedisServer.TLS? = nil, emulator configure: @Sendable (inout MockAPNsConfiguration) -> Void) async throws {
         // Peers here close connections mid-write on purpose (GOAWAY, 503, kills, restarts); a TLS
         // write to such a socket must be an error the code handles, not a SIGPIPE that ends the
         // test process.
         signal(SIGPIPE, SIG_IGN)
-        redis = try RedisServer(appendOnly: appendOnly)
+        redis = try RedisServer(appendOnly: appendOnly, tls: redisTLS)
         client = try RedisClient(endpoint: redis.endpoint)
         emulator = try await EmulatorHost(configure)
     }
@@ -387,7 +402,7 @@ final class WorkerBed: @unchecked Sendable {
 
     /// Starts `herald worker` against this bed's Redis and emulator, with `extra` flags.
     func startProcess(_ extra: [String]) throws -> WorkerProcess {
-        let arguments = ["--redis", redis.url] + emulator.workerArguments + extra
+        let arguments = redis.cliArguments + emulator.workerArguments + extra
         let process = try WorkerProcess(arguments: arguments, logPath: emulator.directory.path("worker-\(processes.count).log"))
         processes.append(process)
         return process
@@ -453,9 +468,10 @@ final class WorkerBed: @unchecked Sendable {
 }
 
 /// Runs `body` with a fresh `WorkerBed` and closes it afterwards, also when `body` throws.
-func withWorkerBed(appendOnly: Bool = false, emulator configure: @Sendable (inout MockAPNsConfiguration) -> Void = { _ in },
+func withWorkerBed(appendOnly: Bool = false, redisTLS: RedisServer.TLS? = nil,
+                   emulator configure: @Sendable (inout MockAPNsConfiguration) -> Void = { _ in },
                    _ body: (WorkerBed) async throws -> Void) async throws {
-    let bed = try await WorkerBed(appendOnly: appendOnly, emulator: configure)
+    let bed = try await WorkerBed(appendOnly: appendOnly, redisTLS: redisTLS, emulator: configure)
     do {
         try await body(bed)
     } catch {

@@ -6,17 +6,20 @@
 public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     let url = String(decoding: UnsafeBufferPointer(start: data, count: size), as: UTF8.self)
     // Most inputs lack the scheme; prefixing it too reaches the parts after it.
-    for text in [url, "redis://" + url] {
+    for text in [url, "redis://" + url, "rediss://" + url] {
         do {
             let endpoint = try RedisEndpoint(url: text)
             let shown = endpoint.description
+            // `rediss://` exactly when the endpoint speaks TLS.
+            let scheme = endpoint.tls == nil ? "redis://" : "rediss://"
+            guard shown.hasPrefix(scheme) else { fatalError("an endpoint is described with the wrong scheme") }
             if let password = endpoint.password {
                 // `redis://<user, percent-encoded>:***@host…`: the password never shows.
-                guard shown.hasPrefix("redis://"), let marker = shown.firstRange(of: ":***@") else {
+                guard let marker = shown.firstRange(of: ":***@") else {
                     fatalError("an endpoint with a password is described without hiding it")
                 }
                 // Before the placeholder stands exactly the user, percent-encoded, nothing else.
-                let userPart = shown[shown.index(shown.startIndex, offsetBy: 8)..<marker.lowerBound]
+                let userPart = shown[shown.index(shown.startIndex, offsetBy: scheme.count)..<marker.lowerBound]
                 if userPart != RedisEndpoint.percentEncoded(endpoint.user ?? "") {
                     fatalError("an endpoint's description shows more than its user before the password's place: \(password.count)-byte password")
                 }
