@@ -13,7 +13,7 @@ import Transport
 /// | 64 | usage: an unknown flag, a flag value out of range (EX_USAGE, ArgumentParser's own) | no |
 /// | 65 | bad job data: `enqueue` or `send` was given a job Herald would refuse (EX_DATAERR) | no |
 /// | 69 | Redis or APNs unavailable: refused, unreachable, timed out (EX_UNAVAILABLE) | yes |
-/// | 78 | configuration: a bad config file, a missing or bad key, certificate or password file, missing credentials, a bad HERALD_* value (EX_CONFIG) | no |
+/// | 78 | configuration: a bad config file, a missing or bad key, certificate or password file, missing credentials, a bad or out-of-range HERALD_* value or config-file setting (EX_CONFIG) | no |
 /// | 130 | interrupted by Ctrl-C (the shell's convention, not sysexits) | – |
 ///
 /// docs/operations.md lists the same table for operators; Deploy/systemd/herald@.service stops

@@ -49,6 +49,13 @@ struct WorkerCommand: ParsableCommand {
     @Option(name: .customLong("metrics-host"), help: "Address the metrics server binds (env HERALD_METRICS_HOST; default 0.0.0.0).") var metricsHost: String?
     @Flag(name: .customLong("no-metrics"), help: "Do not serve /metrics, /healthz, /readyz (default: served on --metrics-port).") var noMetrics = false
 
+    /// A value out of range is a usage error (64) when a flag gave it, and a configuration error
+    /// (78) when HERALD_* or the config file did: a restart cannot fix either, and systemd's
+    /// RestartPreventExitStatus names both, but the status tells the operator where to look.
+    private func outOfRange(flagGiven: Bool, _ message: String) -> any Error {
+        flagGiven ? ValidationError(message) : CommandFailure.configuration(message + " (from HERALD_* or the config file)")
+    }
+
     func run() throws {
         let file = try CommandFailure.configuring { try (config ?? environmentValue("CONFIG")).map(ConfigFile.load) }
         let logger = try log.makeLogger(label: "herald.worker", fileLevel: file?.logLevel, fileFormat: file?.logFormat)
@@ -65,29 +72,30 @@ struct WorkerCommand: ParsableCommand {
                                      configTLS: file.map { RedisTLS(caFile: $0.redisCAFile, certificateFile: $0.redisCert, keyFile: $0.redisKey) })
         }
         let queues = try queueSettings.queueKeys(file: file)
-        let apps = try resolveApps(file: file)
         let threadCount = try threads ?? intEnvironment("THREADS") ?? file?.threads ?? 1
-        guard (1...64).contains(threadCount) else { throw ValidationError("--threads must be 1 to 64") }
+        guard (1...64).contains(threadCount) else { throw outOfRange(flagGiven: threads != nil, "--threads must be 1 to 64, not \(threadCount)") }
         var base = WorkerConfiguration(consumer: "")
         base.queues = queues
         base.batch = try batch ?? intEnvironment("BATCH") ?? file?.batch ?? base.batch
         let claimIdleSeconds = try claimIdle ?? intEnvironment("CLAIM_IDLE") ?? file?.claimIdle ?? 60
-        guard (1...86_400).contains(claimIdleSeconds) else { throw ValidationError("--claim-idle must be 1 to 86400 seconds, not \(claimIdleSeconds)") }
+        guard (1...86_400).contains(claimIdleSeconds) else { throw outOfRange(flagGiven: claimIdle != nil, "--claim-idle must be 1 to 86400 seconds, not \(claimIdleSeconds)") }
         base.claimIdleMilliseconds = Int64(claimIdleSeconds) * 1000
         let idleConsumerSeconds = try idleConsumerTimeout ?? intEnvironment("IDLE_CONSUMER_TIMEOUT") ?? file?.idleConsumerTimeout ?? 3_600
         guard (0...31_536_000).contains(idleConsumerSeconds) else {
-            throw ValidationError("--idle-consumer-timeout must be 0 (never) to 31536000 seconds, not \(idleConsumerSeconds)")
+            throw outOfRange(flagGiven: idleConsumerTimeout != nil, "--idle-consumer-timeout must be 0 (never) to 31536000 seconds, not \(idleConsumerSeconds)")
         }
         base.idleConsumerTimeoutMilliseconds = Int64(idleConsumerSeconds) * 1000
         base.maxAttempts = try maxAttempts ?? intEnvironment("MAX_ATTEMPTS") ?? file?.maxAttempts ?? base.maxAttempts
         base.maxDeliveries = try maxDeliveries ?? intEnvironment("MAX_DELIVERIES") ?? file?.maxDeliveries ?? base.maxDeliveries
         let drainSeconds = try drainTimeout ?? intEnvironment("DRAIN_TIMEOUT") ?? file?.drainTimeout ?? 30
-        guard (0...3_600).contains(drainSeconds) else { throw ValidationError("--drain-timeout must be 0 to 3600 seconds, not \(drainSeconds)") }
+        guard (0...3_600).contains(drainSeconds) else { throw outOfRange(flagGiven: drainTimeout != nil, "--drain-timeout must be 0 to 3600 seconds, not \(drainSeconds)") }
         base.drainTimeoutMilliseconds = Int64(drainSeconds) * 1000
-        guard (1...100_000).contains(base.batch) else { throw ValidationError("--batch must be 1 to 100000, not \(base.batch)") }
-        guard (1...1_000).contains(base.maxAttempts) else { throw ValidationError("--max-attempts must be 1 to 1000, not \(base.maxAttempts)") }
-        guard (1...1_000_000).contains(base.maxDeliveries) else { throw ValidationError("--max-deliveries must be 1 to 1000000, not \(base.maxDeliveries)") }
+        guard (1...100_000).contains(base.batch) else { throw outOfRange(flagGiven: batch != nil, "--batch must be 1 to 100000, not \(base.batch)") }
+        guard (1...1_000).contains(base.maxAttempts) else { throw outOfRange(flagGiven: maxAttempts != nil, "--max-attempts must be 1 to 1000, not \(base.maxAttempts)") }
+        guard (1...1_000_000).contains(base.maxDeliveries) else { throw outOfRange(flagGiven: maxDeliveries != nil, "--max-deliveries must be 1 to 1000000, not \(base.maxDeliveries)") }
 
+        // The settings above are checked first, so a value out of range is named before credentials are.
+        let apps = try resolveApps(file: file)
         let main = try EventLoop()
         var stopping = false
         let running = RunningCount(threadCount)

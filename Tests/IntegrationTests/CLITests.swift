@@ -212,6 +212,9 @@ extension IntegrationTests {
                       "--key-file", bed.directory.path("absent.p8")], [:], 78, "absent.p8"),
                     (["worker", "--redis", bed.redis.url, "--no-metrics"], ["HERALD_LOG_LEVEL": "loud"], 78, "HERALD_LOG_LEVEL"),
                     (["worker", "--redis", bed.redis.url, "--no-metrics"], ["HERALD_CONNECTIONS": "many"], 78, "HERALD_CONNECTIONS"),
+                    (["worker", "--redis", bed.redis.url, "--no-metrics", "--batch", "0"], [:], 64, "--batch must be 1 to 100000"),
+                    (["worker", "--redis", bed.redis.url, "--no-metrics"], ["HERALD_BATCH": "0"], 78, "--batch must be 1 to 100000"),
+                    (["worker", "--redis", bed.redis.url, "--no-metrics"], ["HERALD_DRAIN_TIMEOUT": "9999"], 78, "--drain-timeout must be"),
                     (["stats", "--redis", bed.redis.url], [:], 0, "default"),
                 ]
                 for item in cases {
