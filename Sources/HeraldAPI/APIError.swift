@@ -1,4 +1,5 @@
 import Hummingbird
+import Queue
 
 /// An HTTP header name (HTTPTypes' `HTTPField.Name`, reached through Hummingbird's `HTTPFields`).
 typealias HeaderName = HTTPFields.Element.Name
@@ -13,11 +14,11 @@ public struct APIError: Error, Sendable {
     public let code: String
     public let message: String
     /// Extra members of the body beside `error` (the per-job reasons of a 422).
-    let extra: [(String, APIJSON)]
+    let extra: [(String, JSONValue)]
     /// Headers to add (WWW-Authenticate on 401, Retry-After on 503).
     let headers: [(HeaderName, String)]
 
-    init(_ status: HTTPResponse.Status, _ code: String, _ message: String, extra: [(String, APIJSON)] = [],
+    init(_ status: HTTPResponse.Status, _ code: String, _ message: String, extra: [(String, JSONValue)] = [],
          headers: [(HeaderName, String)] = []) {
         self.status = status
         self.code = code
@@ -27,7 +28,7 @@ public struct APIError: Error, Sendable {
     }
 
     func response() -> Response {
-        let body: APIJSON = .object([("error", .object([("code", .string(code)), ("message", .string(message))]))] + extra)
+        let body: JSONValue = .object([("error", .object([("code", .string(code)), ("message", .string(message))]))] + extra)
         var fields = HTTPFields()
         fields[.contentType] = "application/json"
         for (name, value) in headers { fields[name] = value }
@@ -37,7 +38,7 @@ public struct APIError: Error, Sendable {
     static func malformed(_ message: String) -> APIError { APIError(.badRequest, "malformed_request", message) }
 }
 
-extension APIJSON {
+extension JSONValue {
     /// A JSON response with `status`.
     func response(_ status: HTTPResponse.Status, headers extra: [(HeaderName, String)] = []) -> Response {
         var fields = HTTPFields()

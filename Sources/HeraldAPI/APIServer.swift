@@ -53,7 +53,7 @@ public final class APIServer: Sendable {
     public func router() -> Router<BasicRequestContext> {
         let router = Router(context: BasicRequestContext.self)
         router.add(middleware: ObservingMiddleware<BasicRequestContext>(metrics: metrics, logger: logger))
-        router.get("/healthz") { _, _ in APIJSON.object([("status", .string("ok"))]).response(.ok) }
+        router.get("/healthz") { _, _ in JSONValue.object([("status", .string("ok"))]).response(.ok) }
         router.get("/readyz") { _, _ in try await self.ready() }
         router.get("/metrics") { _, _ in
             var headers = HTTPFields()
@@ -135,7 +135,7 @@ public final class APIServer: Sendable {
     func ready() async throws -> Response {
         do {
             _ = try await lanes.run { redis in try redis.run(["PING"], timeoutMilliseconds: 2_000) }
-            return APIJSON.object([("status", .string("ready")), ("redis", .string(configuration.redis.description))]).response(.ok)
+            return JSONValue.object([("status", .string("ready")), ("redis", .string(configuration.redis.description))]).response(.ok)
         } catch {
             throw APIServer.redisFailure(error)
         }
@@ -182,7 +182,7 @@ public final class APIServer: Sendable {
     }
 
     static func accepted(keys: QueueKeys, ids: [String], replayed: Bool) -> Response {
-        APIJSON.object([
+        JSONValue.object([
             ("queue", .string(keys.queue)),
             ("stream", .string(keys.jobs)),
             ("ids", .array(ids.map { .string($0) })),
@@ -198,7 +198,7 @@ public final class APIServer: Sendable {
         } catch {
             throw APIServer.redisFailure(error)
         }
-        return QueueJSON.stats(stats).response(.ok)
+        return stats.json(sampledAtText: true).response(.ok)
     }
 
     func deadLetters(_ request: Request, queue: String) async throws -> Response {

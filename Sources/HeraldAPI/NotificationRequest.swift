@@ -19,7 +19,7 @@ struct NotificationRequest {
     struct Reason {
         var code: String
         var message: String
-        var json: APIJSON { .object([("code", .string(code)), ("message", .string(message))]) }
+        var json: JSONValue { .object([("code", .string(code)), ("message", .string(message))]) }
     }
 
     /// Parses and checks `body`; throws 400 (not JSON, wrong shape), 413 (more than `maxBatch`

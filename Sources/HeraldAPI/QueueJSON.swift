@@ -4,41 +4,12 @@ import Transport
 /// The JSON of the queue routes: the same members as `herald stats --json`,
 /// `herald dead-letters list --json` and `herald feedback tail --json`, plus the cursors.
 enum QueueJSON {
-    static func stats(_ queue: QueueStats) -> APIJSON {
-        let group = queue.group
-        return .object([
-            ("queue", .string(queue.keys.queue)),
-            ("keys", .object([("jobs", .string(queue.keys.jobs)), ("retry", .string(queue.keys.retry)),
-                              ("dead", .string(queue.keys.dead)), ("feedback", .string(queue.keys.feedback))])),
-            ("sampled_at_ms", .integer(queue.sampledAt)),
-            ("sampled_at", .string(HumanTime.iso8601(queue.sampledAt))),
-            ("depth", .int(queue.depth)),
-            ("group", .optional(group?.name)),
-            ("pending", .optional(group?.pending)),
-            ("lag", .optional(group?.lag)),
-            ("lag_exact", group.map { .bool($0.lagIsExact) } ?? .null),
-            ("last_delivered_id", .optional(group?.lastDeliveredID)),
-            ("entries_read", .optional(group?.entriesRead)),
-            ("oldest_pending_id", .optional(group?.oldestPendingID)),
-            ("oldest_pending_age_ms", .optional(group?.oldestPendingAge)),
-            ("retry_size", .int(queue.retrySize)),
-            ("retry_due", .int(queue.retryDue)),
-            ("next_retry_at_ms", .optional(queue.nextRetryAt)),
-            ("dead_letters", .int(queue.deadLetters)),
-            ("feedback", .int(queue.feedback)),
-            ("consumers", .array((group?.consumers ?? []).map { consumer in
-                .object([("name", .string(consumer.name)), ("pending", .int(consumer.pending)),
-                         ("idle_ms", .integer(consumer.idle)), ("inactive_ms", .optional(consumer.inactive))])
-            })),
-        ])
-    }
-
     /// A token as shown: whole with `show_tokens`, else its first 8 hex digits and "…".
     static func token(_ token: String, show: Bool) -> String {
         show || token.count <= 8 ? token : String(token.prefix(8)) + "…"
     }
 
-    static func deadLetters(_ found: DeadLetterTools.Selection, keys: QueueKeys, total: Int, full: Bool, showTokens: Bool) -> APIJSON {
+    static func deadLetters(_ found: DeadLetterTools.Selection, keys: QueueKeys, total: Int, full: Bool, showTokens: Bool) -> JSONValue {
         .object([
             ("queue", .string(keys.queue)),
             ("stream", .string(keys.dead)),
@@ -47,7 +18,7 @@ enum QueueJSON {
             ("more", .bool(found.more)),
             ("next_cursor", found.more ? .optional(found.letters.last?.id.description) : .null),
             ("dead_letters", .array(found.letters.map { letter in
-                var members: [(String, APIJSON)] = [
+                var members: [(String, JSONValue)] = [
                     ("id", .string(letter.id.description)),
                     ("reason", .string(letter.reason)),
                     ("message", .string(letter.message)),
@@ -76,7 +47,7 @@ enum QueueJSON {
         ])
     }
 
-    static func feedback(_ entries: [FeedbackEntry], keys: QueueKeys, next: StreamEntryID, showTokens: Bool) -> APIJSON {
+    static func feedback(_ entries: [FeedbackEntry], keys: QueueKeys, next: StreamEntryID, showTokens: Bool) -> JSONValue {
         .object([
             ("queue", .string(keys.queue)),
             ("stream", .string(keys.feedback)),

@@ -112,7 +112,7 @@ struct RequeueResult: Sendable {
         return result
     }
 
-    func json(keys: QueueKeys) -> APIJSON {
+    func json(keys: QueueKeys) -> JSONValue {
         .object([
             ("queue", .string(keys.queue)),
             ("stream", .string(keys.jobs)),

@@ -308,7 +308,7 @@ struct DeadLetterReport {
         }
     }
 
-    func json(_ found: DeadLetterTools.Selection, total: Int, full: Bool) -> ToolJSON {
+    func json(_ found: DeadLetterTools.Selection, total: Int, full: Bool) -> JSONValue {
         .object([
             ("stream", .string(keys.dead)),
             ("total", .int(total)),
@@ -316,7 +316,7 @@ struct DeadLetterReport {
             ("more", .bool(found.more)),
             ("missing", .array(found.missing.map { .string($0.description) })),
             ("dead_letters", .array(found.letters.map { letter in
-                var members: [(String, ToolJSON)] = [
+                var members: [(String, JSONValue)] = [
                     ("id", .string(letter.id.description)),
                     ("reason", .string(letter.reason)),
                     ("message", .string(letter.message)),

@@ -108,7 +108,7 @@ struct FeedbackPrinter {
     }
 
     func jsonLine(_ entry: FeedbackEntry) -> String {
-        ToolJSON.object([
+        JSONValue.object([
             ("id", .string(entry.id.description)),
             ("at", .string(HumanTime.iso8601(Int64(entry.id.milliseconds)))),
             ("reason", .string(entry.reason)),

@@ -89,26 +89,9 @@ enum QueueToolOutput {
     }
 }
 
-/// JSON for `--json`: built as values and rendered with keys in the order given (no Foundation).
-indirect enum ToolJSON {
-    case string(String)
-    case integer(Int64)
-    case bool(Bool)
-    case null
-    case array([ToolJSON])
-    case object([(String, ToolJSON)])
-
-    static func int(_ value: Int) -> ToolJSON { .integer(Int64(value)) }
-    static func optional(_ value: Int64?) -> ToolJSON { value.map { .integer($0) } ?? .null }
-    static func optional(_ value: String?) -> ToolJSON { value.map { .string($0) } ?? .null }
-
-    var isScalar: Bool {
-        switch self {
-        case .array, .object: return false
-        default: return true
-        }
-    }
-
+/// `--json` output: `JSONValue` (Queue, shared with `herald api`) rendered as text with keys in
+/// the order given, compact or indented.
+extension JSONValue {
     /// Compact (one line) or indented by two spaces.
     func rendered(pretty: Bool = true) -> String {
         var out = ""
@@ -120,7 +103,7 @@ indirect enum ToolJSON {
         let newline = pretty ? "\n" + String(repeating: "  ", count: depth + 1) : ""
         let close = pretty ? "\n" + String(repeating: "  ", count: depth) : ""
         switch self {
-        case .string(let text): ToolJSON.quote(text, into: &out)
+        case .string(let text): out += LineLogHandler.jsonString(text)
         case .integer(let value): out += String(value)
         case .bool(let value): out += value ? "true" : "false"
         case .null: out += "null"
@@ -144,16 +127,12 @@ indirect enum ToolJSON {
             for (index, member) in members.enumerated() {
                 if index > 0 { out += "," }
                 out += newline
-                ToolJSON.quote(member.0, into: &out)
+                out += LineLogHandler.jsonString(member.0)
                 out += pretty ? ": " : ":"
                 member.1.write(to: &out, pretty: pretty, depth: depth + 1)
             }
             out += close + "}"
         }
-    }
-
-    static func quote(_ text: String, into out: inout String) {
-        out += LineLogHandler.jsonString(text)
     }
 }
 

@@ -95,12 +95,12 @@ struct StatsCommand: ParsableCommand {
         return "overdue " + HumanTime.duration(now - due)
     }
 
-    static func json(_ stats: [QueueStats], redis: String) -> ToolJSON {
+    static func json(_ stats: [QueueStats], redis: String) -> JSONValue {
         let total = QueueStatsTotal(stats)
         return .object([
             ("redis", .string(redis)),
             ("sampled_at", stats.first.map { .string(HumanTime.iso8601($0.sampledAt)) } ?? .null),
-            ("queues", .array(stats.map(json))),
+            ("queues", .array(stats.map { $0.json() })),
             ("total", .object([
                 ("queues", .int(stats.count)),
                 ("depth", .int(total.depth)), ("pending", .int(total.pending)), ("lag", .int(total.lag)),
@@ -112,33 +112,6 @@ struct StatsCommand: ParsableCommand {
         ])
     }
 
-    static func json(_ queue: QueueStats) -> ToolJSON {
-        let group = queue.group
-        return .object([
-            ("queue", .string(queue.keys.queue)),
-            ("keys", .object([("jobs", .string(queue.keys.jobs)), ("retry", .string(queue.keys.retry)),
-                              ("dead", .string(queue.keys.dead)), ("feedback", .string(queue.keys.feedback))])),
-            ("sampled_at_ms", .integer(queue.sampledAt)),
-            ("depth", .int(queue.depth)),
-            ("group", .optional(group?.name)),
-            ("pending", group.map { .int($0.pending) } ?? .null),
-            ("lag", group.map { .int($0.lag) } ?? .null),
-            ("lag_exact", group.map { .bool($0.lagIsExact) } ?? .null),
-            ("last_delivered_id", .optional(group?.lastDeliveredID)),
-            ("entries_read", .optional(group?.entriesRead)),
-            ("oldest_pending_id", .optional(group?.oldestPendingID)),
-            ("oldest_pending_age_ms", .optional(group?.oldestPendingAge)),
-            ("retry_size", .int(queue.retrySize)),
-            ("retry_due", .int(queue.retryDue)),
-            ("next_retry_at_ms", .optional(queue.nextRetryAt)),
-            ("dead_letters", .int(queue.deadLetters)),
-            ("feedback", .int(queue.feedback)),
-            ("consumers", .array((group?.consumers ?? []).map { consumer in
-                .object([("name", .string(consumer.name)), ("pending", .int(consumer.pending)),
-                         ("idle_ms", .integer(consumer.idle)), ("inactive_ms", .optional(consumer.inactive))])
-            })),
-        ])
-    }
 }
 
 /// Several queues' figures added up: `herald stats`' TOTAL row and `total` object. Queues without a
