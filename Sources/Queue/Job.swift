@@ -25,7 +25,7 @@ public enum JobField {
     public static let idBase = "id_base"
 
     static let known: Set<String> = [token, tokens, payload, topic, pushType, priority, expiration, collapseID, id, app,
-                                     attempts, origin, retryID, enqueuedAt, idBase]
+                                     attempts, origin, retryID, enqueuedAt, idBase, JobLane.field]
     /// Fields Herald writes itself and replaces when it re-queues a job.
     public static let herald: Set<String> = [attempts, origin, retryID, enqueuedAt, idBase]
 }
