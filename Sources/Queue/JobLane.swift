@@ -25,11 +25,19 @@ public enum JobLane: String, Sendable, CaseIterable {
     /// The lane of a job's fields: its `lane` field when it names one, else `route` by its
     /// `push_type` and `priority`. Nil when the `lane` field names no lane (the tools refuse it).
     public static func of(_ fields: [(name: String, value: String)]) -> JobLane? {
-        if let named = fields.last(where: { $0.name == field }) {
+        if let named = fields.last(where: { $0.name == field }), !named.value.isEmpty {
             return JobLane(rawValue: named.value)
         }
         return route(pushType: fields.last { $0.name == JobField.pushType }?.value,
                      priority: fields.last { $0.name == JobField.priority }?.value)
+    }
+
+    /// The lane of a job's fields as bytes (what the producer tools hold); see `of`.
+    public static func of(bytes fields: [(name: String, value: [UInt8])]) -> JobLane? {
+        of(fields.compactMap { field in
+            field.name == JobLane.field || field.name == JobField.pushType || field.name == JobField.priority
+                ? (field.name, String(decoding: field.value, as: UTF8.self)) : nil
+        })
     }
 
     /// The stream of `keys`' queue that holds this lane.
@@ -57,4 +65,20 @@ extension QueueScripts {
         end
         return #due
         """
+}
+
+extension QueueStats.UrgentLane {
+    /// The `urgent` member of a queue's stats JSON (`herald stats --json`, `GET /v1/queues/{queue}`).
+    public func json(keys: QueueKeys) -> JSONValue {
+        .object([
+            ("jobs", .string(keys.urgentJobs)),
+            ("depth", .int(depth)),
+            ("pending", .optional(group?.pending)),
+            ("lag", .optional(group?.lag)),
+            ("lag_exact", group.map { .bool($0.lagIsExact) } ?? .null),
+            ("oldest_pending_id", .optional(group?.oldestPendingID)),
+            ("oldest_pending_age_ms", .optional(group?.oldestPendingAge)),
+            ("consumers", .int(group?.consumers.count ?? 0)),
+        ])
+    }
 }

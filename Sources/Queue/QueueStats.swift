@@ -29,6 +29,21 @@ public struct QueueStats: Sendable {
     /// Entries of the dead-letter and feedback streams.
     public var deadLetters: Int
     public var feedback: Int
+    /// The queue's urgent stream (`QueueKeys.urgentJobs`): its depth and the group's numbers on it.
+    /// Nil when the inspector did not read it.
+    public var urgent: UrgentLane?
+
+    /// The urgent stream's numbers: depth, and the consumer group on it (nil before a worker
+    /// created it there). The retry set, dead letters and feedback are the queue's, shared.
+    public struct UrgentLane: Sendable {
+        public var depth: Int
+        public var group: Group?
+
+        public init(depth: Int, group: Group?) {
+            self.depth = depth
+            self.group = group
+        }
+    }
 
     public struct Group: Sendable {
         public var name: String
