@@ -191,3 +191,17 @@ private func runHerald(_ arguments: [String]) throws -> (status: Int32, stdout: 
     process.waitUntilExit()
     return (process.terminationStatus, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self))
 }
+
+extension RedisClient {
+    /// Entries of both lanes of a queue (bulk `jobs` and `jobs:urgent`), in entry-id order: what
+    /// the producer tools wrote, wherever their routing put it.
+    func laneEntries(_ keys: QueueKeys) async throws -> [Entry] {
+        let all = try await entries(keys.jobs) + entries(keys.urgentJobs)
+        return all.sorted { (StreamEntryID($0.id) ?? StreamEntryID(milliseconds: 0, sequence: 0)) < (StreamEntryID($1.id) ?? StreamEntryID(milliseconds: 0, sequence: 0)) }
+    }
+
+    /// Entries in both lanes of a queue.
+    func laneLength(_ keys: QueueKeys) async throws -> Int {
+        try await integer("XLEN", keys.jobs) + integer("XLEN", keys.urgentJobs)
+    }
+}

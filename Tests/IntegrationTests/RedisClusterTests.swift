@@ -111,7 +111,7 @@ extension IntegrationTests {
 
             // The command line tools on the cluster: enqueue routes to the queue's master, stats
             // finds every queue on every master.
-            let enqueue = try runHerald(["enqueue", "--redis", cluster.url, "--queue", Self.shards[3],
+            let enqueue = try runHerald(["enqueue", "--lane", "bulk", "--redis", cluster.url, "--queue", Self.shards[3],
                                          "--token", WorkerHarness.deviceToken(1), "--payload", #"{"aps":{"alert":"hi"}}"#])
             #expect(enqueue.status == 0, "\(enqueue.stderr)")
             let stats = try runHerald(["stats", "--redis", cluster.firstNodeURL, "--redis-cluster", "--all-queues"])
@@ -132,7 +132,7 @@ extension IntegrationTests {
             // and --wait-replicas waits on every master it wrote to.
             var before = 0
             for shard in Self.shards { before += Int(try client.run(["XLEN", .text(QueueKeys(queue: shard).jobs)]).integer ?? 0) }
-            let sharded = try runHerald(["enqueue", "--redis", cluster.url, "--queue", "alerts", "--shards", "6", "--count", "60",
+            let sharded = try runHerald(["enqueue", "--lane", "bulk", "--redis", cluster.url, "--queue", "alerts", "--shards", "6", "--count", "60",
                                          "--distinct-tokens", "60", "--token", WorkerHarness.deviceToken(7), "--payload", "{}",
                                          "--wait-replicas", "1", "--wait-timeout", "5000"])
             #expect(sharded.status == 0, "\(sharded.stderr)")
@@ -150,7 +150,7 @@ extension IntegrationTests {
             let wrongNode = try #require(cluster.nodes.first { node in
                 node.port != target.port && owners.contains { $0.port == node.port }
             })
-            let plain = try runHerald(["enqueue", "--redis", "redis://127.0.0.1:\(wrongNode.port)", "--queue", Self.shards[0],
+            let plain = try runHerald(["enqueue", "--lane", "bulk", "--redis", "redis://127.0.0.1:\(wrongNode.port)", "--queue", Self.shards[0],
                                        "--token", WorkerHarness.deviceToken(2), "--payload", "{}"])
             #expect(plain.status != 0 && plain.stderr.contains("MOVED"), "\(plain.stderr)")
         }
