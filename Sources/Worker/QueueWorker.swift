@@ -454,8 +454,12 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         let failures = channel.failures
         let delay = Backoff.reconnect.delayMilliseconds(afterFailures: failures, using: &random)
         // One clear line when Redis goes away; the retries after it say the same, so they go to debug
-        // (with a reminder every tenth) instead of filling the log every few seconds.
-        if failures == 1 {
+        // (with a reminder every tenth) instead of filling the log every few seconds. A queue's
+        // urgent lane talks to the same Redis as its bulk stream, whose lines already say it: its
+        // own go to trace, so one outage is still one line.
+        if channel.keys.isUrgentLane {
+            channel.logger.trace("Redis connection attempt failed", metadata: ["error": "\(error)", "failures": "\(failures)", "reconnect_ms": "\(delay)"])
+        } else if failures == 1 {
             channel.logger.warning("Redis connection down", metadata: ["error": "\(error)", "reconnect_ms": "\(delay)"])
         } else if failures % 10 == 0 {
             channel.logger.warning("Redis still unreachable", metadata: ["error": "\(error)", "failures": "\(failures)", "reconnect_ms": "\(delay)"])
@@ -496,7 +500,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             }
             channel.groupFailures = 0
             if replayingUnconfirmed {
-                if channel.failures > 0 || channel.redirectsInARow > 0 {
+                if (channel.failures > 0 || channel.redirectsInARow > 0) && !channel.keys.isUrgentLane {
                     channel.logger.info("Redis connection restored", metadata: ["redis": "\(channel.endpoint.map { "\($0)" } ?? "")"])
                 }
                 channel.failures = 0
