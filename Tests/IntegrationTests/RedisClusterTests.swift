@@ -434,7 +434,7 @@ extension IntegrationTests {
             let targetID = try #require(try targetNode.command(["CLUSTER", "MYID"]).string)
             #expect(try targetNode.command(["CLUSTER", "SETSLOT", String(slot), "IMPORTING", sourceID]).string == "OK")
             #expect(try sourceNode.command(["CLUSTER", "SETSLOT", String(slot), "MIGRATING", targetID]).string == "OK")
-            let present = try [keys.jobs, keys.retry, keys.dead, keys.feedback].filter {
+            let present = try [keys.jobs, keys.urgentJobs, keys.retry, keys.dead, keys.feedback].filter {
                 try sourceNode.command(["EXISTS", $0]).integer == 1
             }
             let migrated = try sourceNode.command(["MIGRATE", "127.0.0.1", String(target.port), "", "0", "5000", "KEYS"] + present)
