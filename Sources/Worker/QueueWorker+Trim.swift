@@ -14,9 +14,10 @@ extension QueueWorker {
     /// How long after a confirmed outcome batch its queue's stream is trimmed.
     static let trimIntervalMilliseconds = 100
 
-    /// Arms `channel`'s trim unless one is armed or in flight.
+    /// Arms `channel`'s trim unless one is armed. Armed even while a trim is in flight: that one
+    /// may have run before the batch just confirmed, and an idle queue gets no other chance.
     func scheduleTrim(_ channel: QueueChannel) {
-        guard channel.trimTimer == nil, !channel.trimInFlight else { return }
+        guard channel.trimTimer == nil else { return }
         channel.trimTimer = loop.schedule(afterMilliseconds: Int64(QueueWorker.trimIntervalMilliseconds)) { [weak self, weak channel] in
             guard let self, let channel else { return }
             channel.trimTimer = nil
@@ -28,10 +29,10 @@ extension QueueWorker {
     /// the queue is not connected).
     func trim(_ channel: QueueChannel, then: (() -> Void)?) {
         guard channel.groupReady, let writer = channel.writer, writer.isReady else { then?(); return }
-        channel.trimInFlight = true
+        channel.trimsInFlight += 1
         writer.send(StreamTrim.command(stream: channel.keys.jobs)) { [weak self, weak channel] result in
             guard let self, let channel else { then?(); return }
-            channel.trimInFlight = false
+            channel.trimsInFlight -= 1
             switch result {
             case .success(.error(let message)):
                 self.handleRedisError(message, channel: channel)
@@ -49,7 +50,7 @@ extension QueueWorker {
     func trimNow(_ done: @escaping () -> Void) {
         let armed = channels.filter { $0.trimTimer != nil }
         guard !armed.isEmpty else {
-            if !channels.contains(where: \.trimInFlight) { done() }
+            if !channels.contains(where: { $0.trimsInFlight > 0 }) { done() }
             return
         }
         var remaining = armed.count

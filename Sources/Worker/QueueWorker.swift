@@ -1085,9 +1085,9 @@ final class QueueChannel {
     var active = true
     /// Bytes per entry of this queue's replies, about: up at once, down slowly.
     var entryBytesEstimate = 512
-    /// The stream's next trim (`QueueWorker.scheduleTrim`), and whether one is in flight.
+    /// The stream's next trim (`QueueWorker.scheduleTrim`), and how many trims are in flight.
     var trimTimer: EventLoop.TimerID?
-    var trimInFlight = false
+    var trimsInFlight = 0
 
     init(index: Int, keys: QueueKeys, logger: Logger) {
         self.index = index
