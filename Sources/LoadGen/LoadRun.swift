@@ -185,7 +185,9 @@ public final class LoadRun {
                         let accepted = emulatorStatistics(apns.stats)?.since(emulatorBaseline).acceptedUnique ?? 0
                         let seconds = Double(max(1, now - enqueueStart)) / 1000
                         backlogRate = Double(max(0, accepted - backlogAcceptedAtStart - c.jobs)) / seconds
-                        backlogLeft = (try? redis.run(["XLEN", .text(keys.jobs)]).integer).map { Int($0) }
+                        // Not XLEN: acknowledged entries stay in the stream until the worker trims it.
+                        backlogLeft = (try? redis.pipeline([["XLEN", .text(keys.jobs)], ["XINFO", "GROUPS", .text(keys.jobs)]]))
+                            .map { LoadRun.unfinished(depth: $0[0], groups: $0[1], group: keys.group) }
                     }
                 }
             }
@@ -196,14 +198,22 @@ public final class LoadRun {
                 try checkWorkersAlive()
             }
             if producerFinished {
-                let replies = try redis.pipeline(allKeys.flatMap { [["XLEN", .text($0.jobs)], ["ZCARD", .text($0.retry)]] }
-                                                 + allKeys.map { ["XLEN", .text($0.urgentJobs)] })
+                // Both lanes of every queue: the bulk stream (and its retry set) and the urgent stream.
+                let replies = try redis.pipeline(allKeys.flatMap {
+                    [["XLEN", .text($0.jobs)], ["XINFO", "GROUPS", .text($0.jobs)], ["ZCARD", .text($0.retry)],
+                     ["XLEN", .text($0.urgentJobs)], ["XINFO", "GROUPS", .text($0.urgentJobs)]]
+                })
                 let at = EventLoop.monotonicMilliseconds()
-                for index in allKeys.indices where emptyAt[index] == nil
-                    && replies[2 * index].integer == 0 && replies[2 * index + 1].integer == 0 && replies[2 * allKeys.count + index].integer == 0 {
-                    emptyAt[index] = at
+                var allEmpty = true
+                for index in allKeys.indices {
+                    let base = 5 * index
+                    let empty = LoadRun.unfinished(depth: replies[base], groups: replies[base + 1], group: allKeys[index].group) == 0
+                        && replies[base + 2].integer == 0
+                        && LoadRun.unfinished(depth: replies[base + 3], groups: replies[base + 4], group: allKeys[index].group) == 0
+                    if empty && emptyAt[index] == nil { emptyAt[index] = at }
+                    allEmpty = allEmpty && empty
                 }
-                if replies.allSatisfy({ $0.integer == 0 }) {
+                if allEmpty {
                     clockEnd = at
                     break
                 }
@@ -367,6 +377,17 @@ public final class LoadRun {
                 redis.reconnect()
             }
         }
+    }
+
+    /// Entries of a jobs stream not yet finished: undelivered (the group's lag) plus pending. The
+    /// workers trim finished entries only every ~100 ms (`StreamTrim`), so XLEN would end the
+    /// clock up to that late; without the group (no worker read yet) every entry is unfinished.
+    static func unfinished(depth: RedisReply, groups: RedisReply, group: String) -> Int {
+        let depth = Int(depth.integer ?? 0)
+        guard case .array(let list) = groups,
+              let info = list.map(RedisReplyReader.map).first(where: { $0["name"]?.string == group }) else { return depth }
+        let pending = Int(info["pending"]?.integer ?? 0)
+        return QueueLag.of(reported: info["lag"]?.integer, depth: depth, pending: pending).lag + pending
     }
 
     /// Entries ever added to stream `key` (XINFO STREAM's `entries-added`, Redis 7.0+), which
