@@ -9,7 +9,7 @@ import Worker
 @Suite
 struct RecycledJobRecords {
     static let now: Int64 = 1_800_000_000_000
-    static let token = { (n: Int) in String(repeating: "0", count: 63) + String(n, radix: 16) }
+    static func token(_ n: Int) -> String { String(repeating: "0", count: 62) + (n < 16 ? "0" : "") + String(n, radix: 16) }
 
     static func entry(_ sequence: UInt64, tokens: [String], collapseID: String? = nil) -> StreamRecord {
         var fields: [(name: String, value: [UInt8])] = tokens.count == 1
