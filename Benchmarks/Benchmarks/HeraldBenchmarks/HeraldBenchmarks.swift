@@ -134,7 +134,7 @@ let benchmarks: @Sendable () -> Void = {
 
     // One op = one notification: its entry decoded and validated by DeliveryRules, sent on the
     // APNsConnection through the in-memory responder, answered, classified, finished, its entry's
-    // acknowledgement encoded as the MULTI/XACK/XDEL/EXEC RESP bytes the worker writes, and the
+    // acknowledgement encoded as the RESP bytes the worker writes (XACK, or MULTI/…/XACK/EXEC), and the
     // batch confirmed. Rounds of 1000 jobs on 1000 streams. The responder (standing in for APNs)
     // allocates from a pooled allocator, so the count is Herald's.
     Benchmark("End to end in memory (1 token per job, 256 B alert)", configuration: .init(thresholds: tolerant(mallocPercent: 1))) { benchmark in

@@ -9,7 +9,7 @@ import Worker
 /// a real `APNsConnection` (`submit`: slot, headers, nghttp2 HEADERS + DATA), an
 /// `InMemoryAPNsResponder` answers over HTTP/2 in memory, the connection classifies each answer,
 /// `answered` records it and finishes the job, and after each exchange (a loop tick) every
-/// finished entry is taken as an `OutcomeBatch`, encoded as the `MULTI … XACK XDEL EXEC` RESP bytes
+/// finished entry is taken as an `OutcomeBatch`, encoded as the RESP bytes (`XACK`, in `MULTI`/`EXEC` when there are writes)
 /// the worker writes (into a `RedisConnection` that never connects), and `confirmed`.
 ///
 /// Rounds of `entries.count` jobs: each round's entries are confirmed (and released) before the
