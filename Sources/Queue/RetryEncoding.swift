@@ -50,7 +50,9 @@ public struct RetryEntry: Sendable {
     /// The retry entry of `tokens` of `job`, with `attempts` spent; `retryID` makes the member unique.
     public init(job: Job, tokens: [String], attempts: Int, retryID: String, dueAt: Int64) {
         var fields = job.fields.filter { $0.name != JobField.token && $0.name != JobField.tokens && !JobField.herald.contains($0.name) }
-        if tokens.count == 1 {
+        if job.template.isBroadcast {
+            // A broadcast's one "token" is its channel, which its `channel_id` field still names.
+        } else if tokens.count == 1 {
             fields.append((JobField.token, Array(tokens[0].utf8)))
         } else {
             fields.append((JobField.tokens, Array(tokens.joined(separator: ",").utf8)))

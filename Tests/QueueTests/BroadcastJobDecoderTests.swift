@@ -116,3 +116,34 @@ import Testing
         #expect(!words.contains { $0.contains("\"token\"") || $0 == "token" })
     }
 }
+
+/// What Herald writes back for a broadcast (retry-set members, dead letters) names the channel
+/// once, in `channel_id`: a `token` beside it would make the job unreadable (`channel_and_tokens`).
+@Suite struct BroadcastRewriteTests {
+    @Test func aRetriedBroadcastIsStillTheSameBroadcast() throws {
+        let job = try BroadcastJobDecoderTests.decode([("channel_id", BroadcastJobDecoderTests.channel),
+                                                       ("payload", BroadcastJobDecoderTests.update)]).get()
+        let retry = RetryEntry(job: job, tokens: job.tokens, attempts: 3, retryID: "r1", dueAt: 0)
+        #expect(!retry.fields.contains { $0.name == "token" || $0.name == "tokens" })
+        let again = try JobDecoder.decode(entryID: StreamEntryID(milliseconds: 1_800_000_000_000, sequence: 0),
+                                          fields: retry.fields, defaults: BroadcastJobDecoderTests.defaults).get()
+        #expect(again.template.isBroadcast && again.tokens == job.tokens && again.attempts == 3)
+        #expect(again.notification(forToken: again.tokens[0]).apnsID == job.notification(forToken: job.tokens[0]).apnsID)
+    }
+
+    @Test func aBroadcastDeadLetterNamesOnlyItsChannel() {
+        let fields: [(name: String, value: [UInt8])] = [("channel_id", Array(BroadcastJobDecoderTests.channel.utf8)),
+                                                        ("payload", Array(BroadcastJobDecoderTests.update.utf8))]
+        let draft = DeadLetter.Draft(fields: fields, tokens: [BroadcastJobDecoderTests.channel], reason: "BadExpirationDate",
+                                     message: "m", status: 400, attempts: 1, failedAt: 1)
+        let words = draft.command(stream: "d", maxLength: 10).map { argument -> String in
+            switch argument {
+            case .text(let text): text
+            case .bytes(let bytes): String(decoding: bytes, as: UTF8.self)
+            case .integer(let value): String(value)
+            }
+        }
+        #expect(!words.contains("token") && words.contains("channel_id"))
+        #expect(words.filter { $0 == BroadcastJobDecoderTests.channel }.count == 1)
+    }
+}
