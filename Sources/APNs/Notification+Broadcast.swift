@@ -6,8 +6,6 @@
 /// names the app by its bare bundle id in the path and sends no `apns-topic` and no
 /// `apns-collapse-id` (neither is part of a broadcast request).
 extension Notification {
-    /// The largest payload of a broadcast, in bytes.
-    public static let broadcastPayloadLimit = 5120
     /// The longest channel id Herald sends, in bytes. APNs' channel ids are base64 text of a few
     /// dozen characters; a longer value is a mistake that would otherwise reach a header.
     public static let maxChannelIDBytes = 64
@@ -62,24 +60,7 @@ extension Notification {
         if apnsIDBits == nil, let apnsID, !UUIDString.isCanonical(apnsID) {
             throw .badAPNsID(NotificationError.excerpt(apnsID, limit: 40))
         }
-        if let error = payload.withUnsafeBufferPointer({ Self.broadcastPayloadError(in: JSONScanner($0)) }) {
-            throw error
-        }
-    }
-
-    private static func broadcastPayloadError(in json: JSONScanner) -> NotificationError? {
-        guard json.bytes.count > 0 else { return .payloadEmpty }
-        guard json.bytes.count <= broadcastPayloadLimit else {
-            return .payloadTooLarge(byteCount: json.bytes.count, limit: broadcastPayloadLimit)
-        }
-        let root: JSONScanner.Value
-        do {
-            root = try json.validate()
-        } catch {
-            return .payloadNotJSON(error)
-        }
-        guard root.kind == .object else { return .payloadNotObject(found: root.kind) }
-        return liveActivityError(in: json)
+        if let error = Self.broadcastPayloadError(payload) { throw error }
     }
 
     /// A broadcast job's `topic` names the app: its bundle id, with the Live Activity suffix
