@@ -121,4 +121,25 @@ extension IntegrationTests.BroadcastJobs {
             #expect(try await bed.client.entries(bed.keys.dead).allSatisfy { $0["status"] == "400" && $0["attempts"] == "1" })
         }
     }
+
+    /// Connections dropped under broadcasts in flight: each is resent (at once, then from the
+    /// retry set) with the same apns-id until accepted, and the channel counts every broadcast
+    /// exactly once.
+    @Test
+    func failedBroadcastsAreRetriedAndDeliveredExactlyOnce() async throws {
+        try await withWorkerBed(emulator: { $0.disconnectAfterStreams = 40 }) { bed in
+            let bundle = WorkerHarness.bundleID
+            let channel = try await bed.emulator.onServer { try $0.createChannel(bundleID: bundle, storagePolicy: .mostRecent).id }
+            let count = 200
+            let update = Self.update
+            try await bed.enqueue(count) { _ in [("channel_id", channel), ("payload", update)] }
+            let worker = try await bed.startWorker()
+            let (ledger, statistics) = try await Self.waitUntilSettled(bed, enqueued: count)
+            let delivered = try await bed.emulator.onServer { $0.broadcastCount(bundleID: bundle, channelID: channel) }
+            #expect(delivered == count && statistics.broadcastDuplicates == 0, "\(statistics)")
+            #expect(ledger.deadLettered == 0 && ledger.feedback == 0 && statistics.disconnects > 0, "\(ledger) \(statistics)")
+            let counters = try await worker.counters()
+            #expect(counters.accepted == count && counters.notificationsSent > count, "resent after the drops: \(counters)")
+        }
+    }
 }
