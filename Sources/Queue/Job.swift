@@ -27,7 +27,7 @@ public enum JobField {
     public static let idBase = "id_base"
 
     static let known: Set<String> = [token, tokens, payload, topic, pushType, priority, expiration, collapseID, id, app,
-                                     channelID, attempts, origin, retryID, enqueuedAt, idBase]
+                                     channelID, attempts, origin, retryID, enqueuedAt, idBase, JobLane.field]
     /// Fields Herald writes itself and replaces when it re-queues a job.
     public static let herald: Set<String> = [attempts, origin, retryID, enqueuedAt, idBase]
 }
