@@ -153,7 +153,7 @@ extension Notification {
     }
 
     /// Checks the `aps` members a Live Activity needs, in one pass over `aps`.
-    private static func liveActivityError(in json: JSONScanner) -> NotificationError? {
+    static func liveActivityError(in json: JSONScanner) -> NotificationError? {
         guard let aps = json.rootMember("aps"), aps.kind == .object else { return .liveActivityMissingAPS }
         var timestamp: JSONScanner.Value?
         var event: JSONScanner.Value?

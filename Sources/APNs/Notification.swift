@@ -39,6 +39,11 @@ public struct Notification: Sendable {
     private var apnsIDValue: UUIDBits?
     /// The UTF-8 JSON text of the payload.
     public var payload: [UInt8]
+    /// A broadcast to a Live Activity channel (`POST /4/broadcasts/apps/<topic>`) rather than a
+    /// device push: `deviceToken` then holds the channel id (sent as `apns-channel-id`) and
+    /// `topic` the bare bundle id. Kept in the token's place so the worker's per-token machinery
+    /// (stable apns-ids, retries, feedback) serves channels without a second code path.
+    public var isBroadcast = false
 
     public init(
         deviceToken: String,

@@ -9,6 +9,7 @@
 /// (5xx, 401, 502, 0, …) is retried on another connection.
 public enum ResponseClassifier {
     public static func classify(status: Int, reason: APNsReason?, timestamp: Int64?) -> DeliveryOutcome {
+        if status != 200, let reason, let outcome = broadcastOutcome(status: status, reason: reason) { return outcome }
         switch status {
         case 200:
             return .accepted

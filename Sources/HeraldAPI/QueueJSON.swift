@@ -58,7 +58,8 @@ enum QueueJSON {
                     ("id", .string(entry.id.description)),
                     ("at", .string(HumanTime.iso8601(Int64(clamping: entry.id.milliseconds)))),
                     ("reason", .string(entry.reason)),
-                    ("token", .string(token(entry.token, show: showTokens))),
+                    // A broadcast's unknown channel: its id in full (no secret; the backend needs it).
+                    entry.channelID.map { ("channel_id", .string($0)) } ?? ("token", .string(token(entry.token, show: showTokens))),
                     ("topic", .string(entry.topic)),
                     ("timestamp_ms", .optional(entry.timestamp)),
                     ("job", .optional(entry.job)),

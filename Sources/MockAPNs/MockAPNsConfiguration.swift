@@ -69,6 +69,18 @@ public struct MockAPNsConfiguration: Sendable {
     public var expectedNotifications = 0
     /// Seed for the injected-error draws (reproducible runs).
     public var seed: UInt64 = 0x4845_5241_4c44
+    /// Port of the channel management API (`/1/apps/<bundle>/channels`), served over TLS + HTTP/2
+    /// with the same certificate and token checks as the push port; 0 picks a free one, nil
+    /// serves none. APNs serves it on its own host (ports 2195 sandbox, 2196 production).
+    public var channelsPort: Int? = 0
+    /// Channels one bundle id may hold (APNs: 10,000 per app and environment); tests lower it.
+    public var maxChannelsPerApp = ChannelStore.defaultMaxChannelsPerApp
+    /// Answer every broadcast 400 FeatureNotEnabled, as APNs does for an app without broadcast
+    /// push enabled (`--broadcast-disabled`).
+    public var broadcastDisabled = false
+    /// Send `apns-unique-id` on device-push answers too, as APNs' sandbox does (`--unique-ids`).
+    /// Broadcast answers always carry it. Off by default: it costs an allocation per answer.
+    public var uniqueIDs = false
     /// Clock for token ages and the 20-minute rule (tests inject a manual one).
     public var time: TimeSource = .system
 

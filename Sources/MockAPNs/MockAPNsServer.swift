@@ -28,8 +28,13 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     private let verifier: ProviderTokenVerifier?
     private var connections: [ObjectIdentifier: HTTP2ServerConnection] = [:]
     private var nextConnectionID = 1
-    private var statistics = MockAPNsStatistics()
-    private var acceptedIDs: IDCounter
+    var statistics = MockAPNsStatistics()
+    var acceptedIDs: IDCounter
+    /// Broadcast channels per bundle id (`MockAPNsServer+Channels.swift`).
+    var channels: ChannelStore
+    private var channelsListener: HTTP2Listener?
+    /// The channel management API's port (`--channels-port`); 0 until started, or when not served.
+    public private(set) var channelsPort = 0
     /// The added round trip, from `--latency-ms`; `setLatency(milliseconds:)` changes it.
     public private(set) var latencyMilliseconds: Int64
     /// SETTINGS_MAX_CONCURRENT_STREAMS for connections past their first valid request, from
@@ -57,6 +62,8 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         var tokenFirstUsedAt: Int64 = 0
         var streamsRaised = false
         var goAwaySent = false
+        /// Accepted on the channel management listener: only `/1/apps/...` is served there.
+        var servesChannels = false
     }
 
     struct DelayedAnswer {
@@ -76,6 +83,8 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         var stampMicros: Int64 = 0
         /// When set, the stream is reset with this HTTP/2 error code instead of answered.
         var resetErrorCode: UInt32? = nil
+        /// A broadcast's channel as `bundle id/channel id` (nil: a device push).
+        var channelKey: String? = nil
     }
 
     public init(loop: EventLoop, configuration: MockAPNsConfiguration, logger: Logger) throws {
@@ -90,6 +99,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         // emulator for tens of ms: benchmarks say how many to expect, so it never grows mid-run.
         acceptedIDs = IDCounter(expected: configuration.expectedNotifications)
         latency = configuration.measureLatency ? LatencyRecorder() : nil
+        channels = ChannelStore(maxChannelsPerApp: configuration.maxChannelsPerApp)
         if let pem = configuration.jwtKeyPEM {
             guard let team = configuration.teamID, let key = configuration.keyID else {
                 throw MockAPNsError.configuration("--jwt-key needs --team-id and --key-id to check the token's iss and kid")
@@ -133,9 +143,15 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
             self?.accept(fd)
         }
         port = listener!.port
+        if let channelsPort = configuration.channelsPort {
+            channelsListener = try HTTP2Listener(loop: loop, host: configuration.host, port: channelsPort) { [weak self] fd in
+                self?.accept(fd, servesChannels: true)
+            }
+            self.channelsPort = channelsListener!.port
+        }
         logger.info("APNs emulator listening", metadata: [
             "address": "\(configuration.host):\(port)", "max_streams": "\(configuration.maxStreams)",
-            "verifies_tokens": "\(verifier != nil)",
+            "verifies_tokens": "\(verifier != nil)", "channels_port": "\(channelsPort)",
         ])
     }
 
@@ -143,6 +159,8 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     public func stop() {
         listener?.close()
         listener = nil
+        channelsListener?.close()
+        channelsListener = nil
         for connection in connections.values { connection.abort() }
         connections.removeAll()
     }
@@ -151,6 +169,8 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         var current = statistics
         current.latency = latency?.percentiles
         current.connectionsOpen = connections.count
+        current.channels = channels.count
+        current.broadcastsByChannel = channels.broadcastCounts()
         current.pingsAnswered = closedPingsAnswered
         current.pingsIgnored = closedPingsIgnored
         for connection in connections.values {
@@ -279,13 +299,15 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         return Int(acceptedIDs.count(of: key))
     }
 
-    private func accept(_ fd: Int32) {
+    private func accept(_ fd: Int32, servesChannels: Bool = false) {
         guard let tlsContext else { return }
         do {
             let connection = try HTTP2ServerConnection(
                 loop: loop, fd: fd, tlsContext: tlsContext, identifier: nextConnectionID, initialMaxConcurrentStreams: 1)
             nextConnectionID += 1
-            connection.userState = ConnectionState()
+            let state = ConnectionState()
+            state.servesChannels = servesChannels
+            connection.userState = state
             connection.answersPings = !faults.ignorePing
             connection.delegate = self
             connections[ObjectIdentifier(connection)] = connection
@@ -313,12 +335,20 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
             connection.respond(streamID: request.streamID, status: status, apnsID: nil, body: Array(body.utf8))
             return
         }
+        if state.servesChannels {
+            // The channel management API: answered at once, without the injected stream faults.
+            let answer = channelManagementAnswer(request, state: state, certificateAuthenticated: connection.peerCertificateVerified)
+            connection.respond(streamID: request.streamID, status: answer.status, headers: answer.headers, body: answer.body)
+            return
+        }
         if let limit = configuration.disconnectAfterStreams, connection.streamsReceived >= limit {
             statistics.disconnects += 1
             connection.abort()
             return
         }
-        var answer = evaluate(request, state: state, certificateAuthenticated: connection.peerCertificateVerified)
+        var answer = request.path.hasPrefix(MockAPNsServer.broadcastPrefix)
+            ? evaluateBroadcast(request, state: state, certificateAuthenticated: connection.peerCertificateVerified)
+            : evaluate(request, state: state, certificateAuthenticated: connection.peerCertificateVerified)
         if answer.status == 200, !state.streamsRaised {
             state.streamsRaised = true
             connection.setMaxConcurrentStreams(maxStreams)
@@ -375,11 +405,15 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         }
     }
 
-    private func send(_ answer: Answer, on connection: HTTP2ServerConnection, streamID: Int32) {
+    func send(_ answer: Answer, on connection: HTTP2ServerConnection, streamID: Int32) {
         if let code = answer.resetErrorCode {
             // Counted when sent, like answers: a reset lost with its connection was not seen.
             statistics.streamsReset += 1
             connection.resetStream(streamID: streamID, errorCode: code)
+            return
+        }
+        if answer.channelKey != nil || configuration.uniqueIDs {
+            sendWithUniqueID(answer, on: connection, streamID: streamID)
             return
         }
         // Counted when answered: an answer lost with its connection was not delivered.
@@ -409,7 +443,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         connection.respond(streamID: streamID, status: answer.status, apnsID: answer.apnsID, body: Array(body.utf8))
     }
 
-    private func garbageBody(_ kind: GarbageBodyKind, reason: String) -> [UInt8] {
+    func garbageBody(_ kind: GarbageBodyKind, reason: String) -> [UInt8] {
         let key = kind.rawValue + ":" + reason
         if let cached = garbageBodies[key] { return cached }
         let body = InjectedGarbageBody.body(kind, reason: reason)
@@ -419,7 +453,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     }
 
     /// A uniform draw from [0, 1) on the emulator's seeded generator.
-    private func draw() -> Double {
+    func draw() -> Double {
         Double(random.next() >> 11) / Double(1 << 53)
     }
 
@@ -445,34 +479,8 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
 
         // Credentials: a verified client certificate, or a provider token (APNs ignores the header with a certificate).
         let now = configuration.time.nowMilliseconds()
-        if !certificateAuthenticated {
-            guard let authorization = request.header("authorization").value, authorization.hasPrefix("bearer ") else {
-                return reject(403, "MissingProviderToken")
-            }
-            if faults.rejectTokens {
-                statistics.tokensRejected += 1
-                return reject(403, "InvalidProviderToken")
-            }
-            let jwt = authorization.dropFirst(7)
-            let issuedAt: Int64
-            if let known = state.token, known == jwt {
-                // The connection's current token: verified when it first arrived.
-                issuedAt = state.tokenIssuedAt
-            } else {
-                switch verify(String(jwt)) {
-                case .success(let token): issuedAt = token.iat
-                case .failure: return reject(403, "InvalidProviderToken")
-                }
-            }
-            if now / 1000 - issuedAt > 3600 { return reject(403, "ExpiredProviderToken") }
-            if state.token.map({ $0 != jwt }) ?? true {
-                if state.token != nil, now - state.tokenFirstUsedAt < 20 * 60_000 {
-                    return reject(429, "TooManyProviderTokenUpdates")
-                }
-                state.token = String(jwt)
-                state.tokenIssuedAt = issuedAt
-                state.tokenFirstUsedAt = now
-            }
+        if !certificateAuthenticated, let (status, reason) = providerTokenRejection(request, state: state, now: now) {
+            return reject(status, reason)
         }
 
         // Headers and payload, through Herald's own rules.
@@ -539,6 +547,40 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         return answer
     }
 
+    /// Checks the request's provider token as APNs does (present, valid, under an hour old, not
+    /// changed on the connection within 20 minutes): nil when it passes, else APNs' status and
+    /// reason. Shared by device pushes, broadcasts and the channel management API.
+    func providerTokenRejection(_ request: HTTP2ServerRequest, state: ConnectionState, now: Int64) -> (Int, String)? {
+        guard let authorization = request.header("authorization").value, authorization.hasPrefix("bearer ") else {
+            return (403, "MissingProviderToken")
+        }
+        if faults.rejectTokens {
+            statistics.tokensRejected += 1
+            return (403, "InvalidProviderToken")
+        }
+        let jwt = authorization.dropFirst(7)
+        let issuedAt: Int64
+        if let known = state.token, known == jwt {
+            // The connection's current token: verified when it first arrived.
+            issuedAt = state.tokenIssuedAt
+        } else {
+            switch verify(String(jwt)) {
+            case .success(let token): issuedAt = token.iat
+            case .failure: return (403, "InvalidProviderToken")
+            }
+        }
+        if now / 1000 - issuedAt > 3600 { return (403, "ExpiredProviderToken") }
+        if state.token.map({ $0 != jwt }) ?? true {
+            if state.token != nil, now - state.tokenFirstUsedAt < 20 * 60_000 {
+                return (429, "TooManyProviderTokenUpdates")
+            }
+            state.token = String(jwt)
+            state.tokenIssuedAt = issuedAt
+            state.tokenFirstUsedAt = now
+        }
+        return nil
+    }
+
     /// The payload's top-level `"t"` as µs since the epoch, or 0.
     static func enqueueStamp(_ body: [UInt8]) -> Int64 {
         body.withUnsafeBufferPointer { bytes in
@@ -580,7 +622,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         }
     }
 
-    private func generatedID() -> String {
+    func generatedID() -> String {
         UUIDString.make(high: random.next(), low: random.next())
     }
 }

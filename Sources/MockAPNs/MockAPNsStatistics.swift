@@ -34,6 +34,19 @@ public struct MockAPNsStatistics: Sendable, Equatable {
     public var tokensRejected = 0
     /// SETTINGS frames sent to open connections by a run-time change of the stream limit.
     public var settingsSent = 0
+    /// Broadcasts answered 200, and how many of them had an `apns-id` seen before (on a broadcast
+    /// or a device push: one table counts both).
+    public var broadcastsAccepted = 0
+    public var broadcastDuplicates = 0
+    /// Requests to the channel management API, and channels it created and deleted.
+    public var channelRequests = 0
+    public var channelsCreated = 0
+    public var channelsDeleted = 0
+    /// Channels held now, over every app.
+    public var channels = 0
+    /// Accepted broadcasts per channel that exists now, keyed `bundle id/channel id` (a deleted
+    /// channel's count goes with it; `broadcastsAccepted` keeps the total).
+    public var broadcastsByChannel: [String: Int] = [:]
     /// End-to-end latency of accepted notifications, when `MockAPNsConfiguration.measureLatency` is on.
     public var latency: LatencyPercentiles? = nil
 
@@ -41,6 +54,9 @@ public struct MockAPNsStatistics: Sendable, Equatable {
 
     /// The statistics as a JSON object (stable key order).
     public func json() -> String {
+        // Channel ids are base64 (no quotes or backslashes); bundle ids come from request paths,
+        // so they are escaped.
+        let byChannel = broadcastsByChannel.keys.sorted().map { "\"\(MockAPNsStatistics.escaped($0))\":\(broadcastsByChannel[$0]!)" }.joined(separator: ",")
         let reasons = rejected.keys.sorted().map { "\"\($0)\":\(rejected[$0]!)" }.joined(separator: ",")
         return "{\"accepted\":\(accepted),\"accepted_unique\":\(acceptedUnique),\"duplicates\":\(duplicates),"
             + "\"accepted_without_id\":\(acceptedWithoutID),\"rejected\":{\(reasons)},\"rejected_total\":\(rejectedTotal),"
@@ -49,6 +65,28 @@ public struct MockAPNsStatistics: Sendable, Equatable {
             + "\"connections_open\":\(connectionsOpen),\"streams_open\":\(streamsOpen),\"streams_stalled\":\(streamsStalled),"
             + "\"streams_reset\":\(streamsReset),\"garbage_bodies\":\(garbageBodies),\"pings_answered\":\(pingsAnswered),"
             + "\"pings_ignored\":\(pingsIgnored),\"tokens_rejected\":\(tokensRejected),\"settings_sent\":\(settingsSent)"
+            + ",\"broadcasts_accepted\":\(broadcastsAccepted),\"broadcast_duplicates\":\(broadcastDuplicates),\"channels\":\(channels)"
+            + ",\"channel_requests\":\(channelRequests),\"channels_created\":\(channelsCreated),\"channels_deleted\":\(channelsDeleted)"
+            + ",\"broadcasts_by_channel\":{" + byChannel + "}"
             + (latency.map { ",\"latency\":" + $0.json() } ?? "") + "}"
+    }
+
+    /// `text` escaped for a JSON string.
+    static func escaped(_ text: String) -> String {
+        var out = ""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            default:
+                if scalar.value < 0x20 {
+                    let hex = String(scalar.value, radix: 16)
+                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+                } else {
+                    out.unicodeScalars.append(scalar)
+                }
+            }
+        }
+        return out
     }
 }

@@ -105,7 +105,8 @@ extension DeadLetter {
                 command += [FieldName.argument(field.name), .bytes(field.value)]
             }
             if let idBase { command += [.text(JobField.idBase), .text(idBase)] }
-            if let tokens, let first = tokens.first {
+            // A broadcast's one "token" is its channel, which its `channel_id` field still names.
+            if let tokens, let first = tokens.first, !fields.contains(where: { $0.name == JobField.channelID }) {
                 command += tokens.count == 1 ? [.text(JobField.token), .text(first)] : [.text(JobField.tokens), .text(tokens.joined(separator: ","))]
             }
             if let origin, !fields.contains(where: { $0.name == JobField.origin }) {

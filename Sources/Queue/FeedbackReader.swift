@@ -5,6 +5,9 @@ import Transport
 public struct FeedbackEntry: Sendable {
     public enum Field {
         public static let token = "token"
+        /// Instead of `token`, for a broadcast whose channel APNs does not know (deleted or never
+        /// created: ChannelNotRegistered, BadChannelId).
+        public static let channelID = "channel_id"
         public static let topic = "topic"
         public static let reason = "reason"
         /// APNs' timestamp (ms) of when the token stopped being valid, on 410 only.
@@ -19,6 +22,8 @@ public struct FeedbackEntry: Sendable {
 
     public var id: StreamEntryID { record.id }
     public var token: String { record.text(Field.token) ?? "" }
+    /// The channel of a broadcast entry, nil for a device token's.
+    public var channelID: String? { record.text(Field.channelID) }
     public var topic: String { record.text(Field.topic) ?? "" }
     public var reason: String { record.text(Field.reason) ?? "" }
     public var timestamp: Int64? { record.text(Field.timestamp).flatMap { Int64($0) } }
@@ -34,6 +39,8 @@ extension FeedbackEntry {
         public var timestamp: Int64?
         /// The entry the backend enqueued (a retried token's entry is one Herald wrote).
         public var job: String
+        /// `token` holds a broadcast channel id: written as `channel_id`.
+        public var isChannel = false
 
         public init(token: String, topic: String, reason: String, timestamp: Int64?, job: String) {
             self.token = token
@@ -46,7 +53,7 @@ extension FeedbackEntry {
         /// `XADD <feedback> MAXLEN ~ <maxLength> * token … topic … reason … [timestamp …] job …`.
         public func command(stream: String, maxLength: Int) -> [RedisArgument] {
             var command: [RedisArgument] = ["XADD", .text(stream), "MAXLEN", "~", .integer(Int64(maxLength)), "*",
-                                            .text(Field.token), .text(token), .text(Field.topic), .text(topic),
+                                            .text(isChannel ? Field.channelID : Field.token), .text(token), .text(Field.topic), .text(topic),
                                             .text(Field.reason), .text(reason)]
             if let timestamp { command += [.text(Field.timestamp), .integer(timestamp)] }
             command += [.text(Field.job), .text(job)]

@@ -12,6 +12,8 @@ public enum JobField {
     public static let collapseID = "collapse_id"
     public static let id = "id"
     public static let app = "app"
+    /// A broadcast's Live Activity channel (base64 text, as APNs created it); instead of `token`.
+    public static let channelID = "channel_id"
     /// Herald's own: sends that counted as attempts before this entry was written (retries).
     public static let attempts = "attempts"
     /// Herald's own: the entry id the job was first enqueued as (keeps apns-ids stable on retries).
@@ -25,7 +27,7 @@ public enum JobField {
     public static let idBase = "id_base"
 
     static let known: Set<String> = [token, tokens, payload, topic, pushType, priority, expiration, collapseID, id, app,
-                                     attempts, origin, retryID, enqueuedAt, idBase, JobLane.field]
+                                     channelID, attempts, origin, retryID, enqueuedAt, idBase, JobLane.field]
     /// Fields Herald writes itself and replaces when it re-queues a job.
     public static let herald: Set<String> = [attempts, origin, retryID, enqueuedAt, idBase]
 }

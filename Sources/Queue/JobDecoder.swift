@@ -17,6 +17,7 @@ public enum JobDecoder {
         var origin: String? = nil
         var enqueuedAtText: String? = nil
         var idBase: String? = nil
+        var channelID: [UInt8]? = nil
         var unknown = 0
         for (name, value) in fields {
             switch name {
@@ -33,6 +34,7 @@ public enum JobDecoder {
             case JobField.origin: origin = text(value)
             case JobField.enqueuedAt: enqueuedAtText = text(value)
             case JobField.idBase: idBase = text(value)
+            case JobField.channelID: channelID = value
             case JobField.app, JobField.retryID: break
             default: unknown += 1
             }
@@ -80,7 +82,7 @@ public enum JobDecoder {
                 tokenList.append(lowercased(part[first...last]))
             }
         }
-        if tokenList.isEmpty && single == nil { return .failure(.missingToken) }
+        if tokenList.isEmpty, single == nil, channelID == nil { return .failure(.missingToken) }
         if tokenList.count > defaults.maxTokensPerJob {
             return .failure(.tooManyTokens(count: tokenList.count, limit: defaults.maxTokensPerJob))
         }
@@ -102,6 +104,12 @@ public enum JobDecoder {
             expiration = value
         }
         if let id, !id.isEmpty, !UUIDString.isCanonical(id) { return .failure(.badAPNsID(id)) }
+        if let channelID {
+            return decodeBroadcast(entryID: entryID, fields: fields, channelID: channelID, hasTokens: !tokenList.isEmpty || single != nil,
+                                   pushTypeText: pushTypeText, topic: topic, priority: priority, expiration: expiration,
+                                   collapseID: collapseID, payload: payload, id: id, idBase: idBase, origin: origin,
+                                   originID: originID, enqueuedAt: enqueuedAt, attempts: attempts, unknown: unknown, defaults: defaults)
+        }
         guard let resolvedTopic = (topic.flatMap { $0.isEmpty ? nil : $0 }) ?? defaults.bundleID.map({ pushType.topic(bundleID: $0) }) else {
             return .failure(.noTopic)
         }
@@ -143,7 +151,7 @@ public enum JobDecoder {
                                 unknown: unknown, defaults: defaults))
     }
 
-    private static func makeJob(
+    static func makeJob(
         entryID: StreamEntryID, fields: [(name: String, value: [UInt8])], tokens: JobTokens,
         invalid: [(String, NotificationError)], template: Notification, id: String?, idBase: String?,
         origin: String?, originID: StreamEntryID?, enqueuedAt: Int64?, attempts: Int, unknown: Int, defaults: JobDefaults

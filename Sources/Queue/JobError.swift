@@ -17,6 +17,8 @@ public enum JobError: Error, Equatable, Sendable, CustomStringConvertible {
     /// Herald's `origin` is not a stream entry id `<ms>-<seq>` with ms within 0…`JobLimits.maxTimestampMilliseconds`.
     case badOrigin(String)
     case notification(NotificationError)
+    /// A broadcast job rule (`channel_id`); see `JobError+Broadcast.swift`.
+    case broadcast(BroadcastJobError)
 
     /// A stable snake_case word for machines (dead-letter `reason`, metrics labels).
     public var code: String {
@@ -33,6 +35,7 @@ public enum JobError: Error, Equatable, Sendable, CustomStringConvertible {
         case .badEnqueuedAt: "bad_enqueued_at"
         case .badOrigin: "bad_origin"
         case .notification(let error): error.code
+        case .broadcast(let error): error.code
         }
     }
 
@@ -65,6 +68,8 @@ public enum JobError: Error, Equatable, Sendable, CustomStringConvertible {
             "The origin \(JobError.quoted(value)) is not a stream entry id <ms>-<seq> with ms from 0 to "
                 + "\(JobLimits.maxTimestampMilliseconds) (the year 9999); it is Herald's own field, which producers must not set."
         case .notification(let error):
+            error.description
+        case .broadcast(let error):
             error.description
         }
     }

@@ -56,7 +56,9 @@ public struct RetryEntry: Sendable {
             fields.removeAll { $0.name == JobLane.field }
             fields.append((JobLane.field, Array(lane.rawValue.utf8)))
         }
-        if tokens.count == 1 {
+        if job.template.isBroadcast {
+            // A broadcast's one "token" is its channel, which its `channel_id` field still names.
+        } else if tokens.count == 1 {
             fields.append((JobField.token, Array(tokens[0].utf8)))
         } else {
             fields.append((JobField.tokens, Array(tokens.joined(separator: ",").utf8)))

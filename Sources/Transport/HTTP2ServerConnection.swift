@@ -190,6 +190,47 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
         scheduleFlush()
     }
 
+    /// Answers stream `streamID` with `status`, the given extra headers (lowercase names) and an
+    /// optional JSON body. Unlike `respond(streamID:status:apnsID:body:)` it allocates: it serves
+    /// the emulator's cold paths (the channel management API, broadcasts, `apns-unique-id`),
+    /// never the device-push answers a benchmark measures.
+    public func respond(streamID: Int32, status: Int, headers extra: [(name: String, value: String)], body: [UInt8]) {
+        guard let session, isOpen else { return }
+        var fields: [(name: String, value: String)] = [(":status", String(status))]
+        fields.append(contentsOf: extra)
+        if !body.isEmpty {
+            fields.append(("content-type", "application/json"))
+            fields.append(("content-length", String(body.count)))
+        }
+        var bytes: [UInt8] = []
+        var spans: [(Int, Int, Int, Int)] = []
+        for field in fields {
+            let nameStart = bytes.count
+            bytes.append(contentsOf: field.name.utf8)
+            let valueStart = bytes.count
+            bytes.append(contentsOf: field.value.utf8)
+            spans.append((nameStart, valueStart - nameStart, valueStart, bytes.count - valueStart))
+        }
+        bytes.withUnsafeMutableBufferPointer { buffer in
+            let base = buffer.baseAddress!
+            // nghttp2 copies names and values (NGHTTP2_NV_FLAG_NONE) before submit returns.
+            var list = spans.map { span in
+                nghttp2_nv(name: base + span.0, value: base + span.2, namelen: span.1, valuelen: span.3,
+                           flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
+            }
+            if body.isEmpty {
+                _ = nghttp2_submit_response(session, streamID, &list, list.count, nil)
+            } else {
+                responses[streamID] = body
+                responseOffsets[streamID] = 0
+                var provider = nghttp2_data_provider()
+                provider.read_callback = serverReadBody
+                _ = nghttp2_submit_response(session, streamID, &list, list.count, &provider)
+            }
+        }
+        scheduleFlush()
+    }
+
     /// Sends GOAWAY with `lastStreamID` (streams above it were not processed) and a JSON reason.
     ///
     /// From here on, streams above `lastStreamID` are refused (RST_STREAM REFUSED_STREAM) instead of

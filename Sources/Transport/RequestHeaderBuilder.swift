@@ -20,7 +20,7 @@ public final class RequestHeaderBuilder {
     private let authority: [UInt8]
 
     enum Name: CaseIterable {
-        case method, scheme, path, authority, pushType, topic, priority, expiration, collapseID, apnsID, authorization
+        case method, scheme, path, authority, pushType, topic, priority, expiration, collapseID, apnsID, authorization, channelID
         var text: String {
             switch self {
             case .method: ":method"
@@ -34,6 +34,7 @@ public final class RequestHeaderBuilder {
             case .collapseID: "apns-collapse-id"
             case .apnsID: "apns-id"
             case .authorization: "authorization"
+            case .channelID: "apns-channel-id"
             }
         }
     }
@@ -69,6 +70,7 @@ public final class RequestHeaderBuilder {
         for notification: Notification, authorization: [UInt8]?,
         _ body: (UnsafePointer<nghttp2_nv>, Int) -> R
     ) -> R? {
+        if notification.isBroadcast { return withBroadcastHeaders(for: notification, authorization: authorization, body) }
         var writer = Writer(base: scratch, capacity: scratchCapacity)
         var count = 0
         let nameOffsets = nameRangesInOrder
@@ -105,6 +107,48 @@ public final class RequestHeaderBuilder {
             add(9, writer.append(apnsID), noIndex: true)
         }
         if let authorization { add(10, writer.append(bytes: authorization)) }
+        if writer.overflowed { return nil }
+        return body(nva, count)
+    }
+
+    /// A broadcast's headers: `POST /4/broadcasts/apps/<bundle id>` (the bare bundle id, no
+    /// push-type suffix, no `apns-topic`), `apns-channel-id`, `apns-push-type: liveactivity`,
+    /// `apns-priority` (always written: 10 draws on the hourly budget and should be a choice
+    /// APNs sees), `apns-expiration` when given, `apns-id` and the provider token. No collapse id:
+    /// broadcasts have none (the decoder refuses one).
+    private func withBroadcastHeaders<R>(
+        for notification: Notification, authorization: [UInt8]?,
+        _ body: (UnsafePointer<nghttp2_nv>, Int) -> R
+    ) -> R? {
+        var writer = Writer(base: scratch, capacity: scratchCapacity)
+        var count = 0
+        let nameOffsets = nameRangesInOrder
+        func add(_ name: Name, _ value: Range<Int>, noIndex: Bool = false) {
+            let (offset, length) = nameOffsets[Name.allCases.firstIndex(of: name)!]
+            nva[count] = nghttp2_nv(
+                name: names + offset, value: scratch + value.lowerBound,
+                namelen: length, valuelen: value.count,
+                flags: UInt8(noIndex ? NGHTTP2_NV_FLAG_NO_INDEX.rawValue : NGHTTP2_NV_FLAG_NONE.rawValue))
+            count += 1
+        }
+        add(.method, writer.append(staticString: "POST"))
+        add(.scheme, writer.append(staticString: "https"))
+        let pathStart = writer.position
+        _ = writer.append(staticString: "/4/broadcasts/apps/")
+        _ = writer.append(notification.topic)
+        // One path per app: indexing it is what HPACK is for.
+        add(.path, pathStart..<writer.position)
+        add(.authority, writer.append(bytes: authority))
+        add(.pushType, writer.append(staticString: "liveactivity"))
+        add(.channelID, writer.append(notification.deviceToken))
+        add(.priority, writer.append(integer: Int64(notification.effectivePriority.rawValue)))
+        if let expiration = notification.expiration { add(.expiration, writer.append(integer: expiration)) }
+        if let bits = notification.apnsIDBits {
+            add(.apnsID, writer.append(uuid: bits), noIndex: true)
+        } else if let apnsID = notification.apnsID {
+            add(.apnsID, writer.append(apnsID), noIndex: true)
+        }
+        if let authorization { add(.authorization, writer.append(bytes: authorization)) }
         if writer.overflowed { return nil }
         return body(nva, count)
     }

@@ -503,6 +503,7 @@ public final class DeliveryRules {
             queueCounters[record.queue].apps[record.lane].deadTokens += 1
             record.feedback.append(FeedbackEntry.Draft(token: token, topic: job.template.topic, reason: reason.rawValue,
                                                        timestamp: timestamp, job: job.origin))
+            record.feedback[record.feedback.count - 1].isChannel = job.template.isBroadcast
         case .permanent(let status, let reason):
             let word = reason?.rawValue ?? "Status\(status)"
             if status == 0 {

@@ -37,7 +37,7 @@ struct EnqueueCommand: ParsableCommand {
     /// what a dead letter adds.
     static let reservedFieldNames: Set<String> = Set([
         JobField.token, JobField.tokens, JobField.payload, JobField.topic, JobField.pushType, JobField.priority,
-        JobField.expiration, JobField.collapseID, JobField.id, JobField.app, JobLane.field,
+        JobField.expiration, JobField.collapseID, JobField.id, JobField.app, JobField.channelID, JobLane.field,
     ]).union(JobField.herald).union(DeadLetter.droppedOnRequeue)
 
     func validate() throws {
@@ -75,10 +75,16 @@ struct EnqueueCommand: ParsableCommand {
         var fields: [(name: String, value: [UInt8])] = []
         func add(_ name: String, _ value: String?) { if let value { fields.append((name, Array(value.utf8))) } }
         let tokens = notification.tokens
-        if tokens.count == 1 { add(JobField.token, tokens[0]) } else { add(JobField.tokens, tokens.joined(separator: ",")) }
+        if let channelID = notification.channelID {
+            add(JobField.channelID, channelID)
+        } else if tokens.count == 1 {
+            add(JobField.token, tokens[0])
+        } else {
+            add(JobField.tokens, tokens.joined(separator: ","))
+        }
         add(JobField.payload, notification.payload)
         add(JobField.topic, notification.resolvedTopic(environmentBundleID: nil))
-        if notification.pushType != .alert { add(JobField.pushType, notification.pushType.rawValue) }
+        if notification.pushType != .alert, notification.channelID == nil { add(JobField.pushType, notification.pushType.rawValue) }
         add(JobField.priority, notification.priority.map { String($0.rawValue) })
         add(JobField.expiration, notification.expiration.map { String($0) })
         add(JobField.collapseID, notification.collapseID)

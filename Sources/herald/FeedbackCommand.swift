@@ -16,7 +16,10 @@ extension FeedbackCommand {
             discussion: """
                 Each entry: id, time, reason (Unregistered, BadDeviceToken, DeviceTokenNotForTopic), \
                 token (first 8 digits unless --show-tokens), topic, APNs' invalid-since timestamp (410 only) \
-                and the job it came from. --json prints one JSON object per line.
+                and the job it came from. A broadcast whose channel APNs does not know (ChannelNotRegistered, \
+                BadChannelId) shows `channel <id>` in full instead of a token (channel ids are not secrets, and \
+                the backend needs them to stop using the channel); in --json it has channel_id instead of token. \
+                --json prints one JSON object per line.
                 """)
 
         @OptionGroup var queueOptions: QueueOptions
@@ -100,8 +103,9 @@ struct FeedbackPrinter {
     }
 
     func textLine(_ entry: FeedbackEntry, now: Int64) -> String {
+        let subject = entry.channelID.map { "channel " + $0 } ?? QueueToolOutput.token(entry.token, show: showTokens)
         var columns = [entry.id.description, HumanTime.utc(Int64(entry.id.milliseconds)), pad(entry.reason, 22),
-                       pad(QueueToolOutput.token(entry.token, show: showTokens), showTokens ? 64 : 9), entry.topic]
+                       pad(subject, showTokens ? 64 : 9), entry.topic]
         if let timestamp = entry.timestamp { columns.append("invalid since \(HumanTime.utc(timestamp))") }
         if let job = entry.job { columns.append("job \(job)") }
         return columns.joined(separator: "  ")
@@ -112,7 +116,7 @@ struct FeedbackPrinter {
             ("id", .string(entry.id.description)),
             ("at", .string(HumanTime.iso8601(Int64(entry.id.milliseconds)))),
             ("reason", .string(entry.reason)),
-            ("token", .string(QueueToolOutput.token(entry.token, show: showTokens))),
+            entry.channelID.map { ("channel_id", .string($0)) } ?? ("token", .string(QueueToolOutput.token(entry.token, show: showTokens))),
             ("topic", .string(entry.topic)),
             ("timestamp_ms", .optional(entry.timestamp)),
             ("job", .optional(entry.job)),

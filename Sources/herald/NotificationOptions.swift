@@ -7,8 +7,12 @@ import Queue
 /// command name. Each flag is the job field of the same name (docs/job-format.md).
 struct NotificationOptions: ParsableArguments {
     @Option(name: [.customLong("token"), .customLong("tokens")],
-            help: "Device token, hex; repeat the flag or separate tokens with commas for several (up to 10,000). Required.")
+            help: "Device token, hex; repeat the flag or separate tokens with commas for several (up to 10,000). Required unless --channel is given.")
     var tokenArguments: [String] = []
+
+    @Option(name: .customLong("channel"),
+            help: "Broadcast to this Live Activity channel id instead of device tokens (job field channel_id; push type liveactivity, payload up to 5120 bytes; default none).")
+    var channelID: String?
 
     @Option(help: "The JSON payload, sent byte for byte (job field payload; at most 4096 bytes, 5120 for voip).")
     var payload = NotificationOptions.defaultPayload
@@ -50,7 +54,15 @@ struct NotificationOptions: ParsableArguments {
     }
 
     func validate() throws {
-        guard !tokens.isEmpty else { throw ValidationError("give at least one --token") }
+        if channelID != nil {
+            guard tokens.isEmpty else { throw ValidationError("give --channel or --token, not both: a broadcast goes to a channel, not to devices") }
+            guard pushType == .alert || pushType == .liveactivity else {
+                throw ValidationError("--channel broadcasts Live Activity updates: leave --push-type out or give liveactivity, not \(pushType.rawValue)")
+            }
+            guard collapseID == nil else { throw ValidationError("--collapse-id cannot go with --channel: broadcasts carry no collapse id") }
+        } else {
+            guard !tokens.isEmpty else { throw ValidationError("give at least one --token (or --channel for a broadcast)") }
+        }
         guard count >= 1 else { throw ValidationError("--count must be at least 1, not \(count)") }
         if apnsID != nil && count > 1 {
             throw ValidationError("--apns-id with --count would send one apns-id many times; leave --apns-id out")

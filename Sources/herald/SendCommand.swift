@@ -40,6 +40,26 @@ struct SendCommand: ParsableCommand {
         guard (1...86_400).contains(timeout) else { throw ValidationError("--timeout must be 1 to 86400 seconds, not \(timeout)") }
     }
 
+    /// `--count` broadcasts to `channelID`, checked as the worker checks a broadcast job.
+    func broadcasts(channelID: String, bundleID: String, payload: [UInt8], random: inout SystemRandomNumberGenerator) throws -> [Notification] {
+        if let error = Notification.channelIDError(channelID) {
+            throw CommandFailure.badJobData("--channel \(channelID) is not a channel id (\(error)): give the id exactly as APNs returned it when the channel was created")
+        }
+        return try (0..<notification.count).map { _ in
+            var item = Notification(
+                deviceToken: channelID, topic: bundleID, pushType: .liveactivity, priority: notification.priority,
+                expiration: notification.expiration, apnsID: notification.apnsID ?? UUIDString.make(high: random.next(), low: random.next()),
+                payload: payload)
+            item.isBroadcast = true
+            do throws(NotificationError) {
+                try item.validateBroadcast()
+            } catch {
+                throw CommandFailure.badJobData("the broadcast to channel \(channelID) is invalid (\(error.code)): \(error)")
+            }
+            return item
+        }
+    }
+
     func run() throws {
         let logger = try log.makeLogger(label: "herald.send", defaultLevel: .warning)
         let file = try CommandFailure.configuring { try (config ?? environmentValue("CONFIG")).map(ConfigFile.load) }
@@ -59,6 +79,10 @@ struct SendCommand: ParsableCommand {
         var random = SystemRandomNumberGenerator()
         var notifications: [Notification] = []
         notifications.reserveCapacity(tokens.count * count)
+        if let channelID = notification.channelID {
+            notifications = try broadcasts(channelID: channelID, bundleID: Notification.broadcastBundleID(fromTopic: resolvedTopic),
+                                           payload: payload, random: &random)
+        }
         for token in tokens {
             for _ in 0..<count {
                 let item = Notification(
@@ -175,7 +199,8 @@ final class SendSession: ConnectionPoolDelegate {
         }
         outcomes[word, default: 0] += 1
         if !quiet {
-            print("\(redacted(request.notification.deviceToken)) apns-id=\(request.notification.apnsID ?? "-") \(word)")
+            let subject = request.notification.isBroadcast ? "channel " + request.notification.deviceToken : redacted(request.notification.deviceToken)
+            print("\(subject) apns-id=\(request.notification.apnsID ?? "-") \(word)")
         }
         if completed == notifications.count {
             finishedAt = EventLoop.monotonicMilliseconds()

@@ -117,6 +117,11 @@ final class EmulatorHost: @unchecked Sendable {
         try await thread.submit { [self] in server.currentStatistics }
     }
 
+    /// Runs `body` with the emulator on its loop (its in-process API, e.g. channels).
+    func onServer<T: Sendable>(_ body: @escaping @Sendable (MockAPNsServer) throws -> T) async throws -> T {
+        try await thread.submit { [self] in try body(server) }
+    }
+
     /// How many times the emulator accepted each of `apnsIDs`.
     func acceptedCounts(_ apnsIDs: [String]) async throws -> [Int] {
         try await thread.submit { [self] in apnsIDs.map { server.acceptedCount(apnsID: $0) } }

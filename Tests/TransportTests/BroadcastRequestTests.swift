@@ -1,0 +1,63 @@
+import APNs
+import Testing
+
+@_spi(Benchmarks) @testable import Transport
+
+/// A broadcast as it crosses HTTP/2 (client and server wired in memory): its path, headers and
+/// body, next to a device push on the same connection, which must not change.
+struct BroadcastRequestTests {
+    final class Server: HTTP2ServerConnectionDelegate {
+        var requests: [HTTP2ServerRequest] = []
+        func connection(_ connection: HTTP2ServerConnection, received request: HTTP2ServerRequest) {
+            requests.append(request)
+            connection.respond(streamID: request.streamID, status: 200, apnsID: nil, body: [])
+        }
+        func connectionClosed(_ connection: HTTP2ServerConnection, error: ConnectionError?) {}
+    }
+
+    @Test func aBroadcastGoesToTheAppsBroadcastPathWithItsChannelAndNoTopic() throws {
+        let loop = try EventLoop()
+        let server = HTTP2ServerConnection(inMemoryOn: loop, initialMaxConcurrentStreams: 100)
+        let client = APNsConnection(loop: loop, host: "api.push.apple.com", port: 443, tlsContext: try TLSContext(clientTrusting: nil), maxStreams: 100)
+        let serverDelegate = Server()
+        let clientDelegate = InMemoryHTTP2Tests.Client()
+        server.delegate = serverDelegate
+        client.delegate = clientDelegate
+        client.setAuthorization(jwt: "header.claims.signature", generation: 1)
+        try client.startInMemory()
+        try server.startInMemory()
+        func exchange() {
+            for _ in 0..<8 {
+                _ = client.sendInMemory { server.receiveInMemory($0) }
+                _ = server.sendInMemory { client.receiveInMemory($0) }
+            }
+        }
+        exchange()
+        let payload = Array(#"{"aps":{"timestamp":1,"event":"update","content-state":{}}}"#.utf8)
+        var broadcast = Notification(deviceToken: "dHN0LXNyY2gtY2hubA==", topic: "com.example.herald", pushType: .liveactivity,
+                                     expiration: 0, apnsID: UUIDString.make(high: 1, low: 2), payload: payload)
+        broadcast.isBroadcast = true
+        #expect(client.submit(PendingRequest(notification: broadcast, context: 1)))
+        #expect(client.submit(InMemoryHTTP2Tests.request(2)))
+        exchange()
+        try #require(serverDelegate.requests.count == 2)
+        let request = serverDelegate.requests[0]
+        #expect(request.method == "POST")
+        #expect(request.path == "/4/broadcasts/apps/com.example.herald")
+        #expect(request.header("apns-channel-id").value == "dHN0LXNyY2gtY2hubA==")
+        #expect(request.header("apns-push-type").value == "liveactivity")
+        #expect(request.header("apns-priority").value == "10")
+        #expect(request.header("apns-expiration").value == "0")
+        #expect(request.header("apns-id").value == UUIDString.make(high: 1, low: 2))
+        #expect(request.header("apns-topic").count == 0)
+        #expect(request.header("apns-collapse-id").count == 0)
+        #expect(request.header("authorization").value == "bearer header.claims.signature")
+        #expect(request.body == payload)
+        let device = serverDelegate.requests[1]
+        #expect(device.path == "/3/device/" + String(repeating: "ab", count: 32))
+        #expect(device.header("apns-topic").value == "com.example.herald")
+        #expect(device.header("apns-channel-id").count == 0)
+        #expect(clientDelegate.outcomes[1] == .accepted)
+        #expect(clientDelegate.outcomes[2] == .accepted)
+    }
+}
