@@ -166,7 +166,7 @@ extension IntegrationTests {
                 let broadcast = try off.broadcast(channelID: "QUJDREVGR0hJSktMTU5PUA==")
                 #expect(broadcast.status == 400 && broadcast.body.contains("FeatureNotEnabled"), "\(broadcast)")
 
-                let unreachable = try await CLIRun(bed, ["channels", "list", "--channels-host", "127.0.0.1:1", "--timeout", "5"] + api.credentialArguments)
+                let unreachable = try await CLIRun(bed, ["channels", "list", "--channels-host", "127.0.0.1:1", "--timeout", "5", "--bundle-id", Channels.bundle] + api.credentialArguments)
                 #expect(unreachable.status == 69, "\(unreachable)")
             }
         }
@@ -182,7 +182,8 @@ extension IntegrationTests {
             #expect(ids.count == 10_000 && ids.allSatisfy(ChannelStore.isWellFormedID))
             #expect(throws: ChannelStoreError.tooManyChannels) { try store.create(bundleID: Channels.bundle, storagePolicy: .mostRecent) }
             #expect(try store.create(bundleID: "com.example.other", storagePolicy: .noStorage).storagePolicy == .noStorage)
-            #expect(store.delete(bundleID: Channels.bundle, id: ids.first!))
+            let deleted = store.delete(bundleID: Channels.bundle, id: ids.first!)
+            #expect(deleted)
             #expect(try store.create(bundleID: Channels.bundle, storagePolicy: .mostRecent).storagePolicy == .mostRecent)
         }
     }
@@ -237,9 +238,10 @@ struct ChannelsAPI {
     func broadcast(channelID: String?, pushType: String = "liveactivity", bundle: String = IntegrationTests.Channels.bundle,
                    payload: String = "{\"aps\":{\"timestamp\":1700000000,\"event\":\"update\",\"content-state\":{\"score\":1}}}",
                    extraHeaders: [String] = [], withToken: Bool = true) throws -> Answer {
-        var arguments = ["-X", "POST", "-H", "apns-push-type: \(pushType)", "-H", "apns-priority: 10",
+        var arguments = ["-X", "POST", "-H", "apns-push-type: \(pushType)",
                          "-H", "apns-id: \(UUID().uuidString.lowercased())", "--data-binary", payload]
         if !extraHeaders.contains(where: { $0.hasPrefix("apns-expiration") }) { arguments += ["-H", "apns-expiration: 0"] }
+        if !extraHeaders.contains(where: { $0.hasPrefix("apns-priority") }) { arguments += ["-H", "apns-priority: 10"] }
         for header in extraHeaders { arguments += ["-H", header] }
         if withToken { arguments += ["-H", "authorization: bearer \(jwt)"] }
         if let channelID { arguments += ["-H", "apns-channel-id: \(channelID)"] }
