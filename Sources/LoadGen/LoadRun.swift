@@ -166,13 +166,18 @@ public final class LoadRun {
                 try checkWorkersAlive()
             }
             if producerFinished {
-                let replies = try redis.pipeline(allKeys.flatMap { [["XLEN", .text($0.jobs)], ["ZCARD", .text($0.retry)]] })
+                let replies = try redis.pipeline(allKeys.flatMap {
+                    [["XLEN", .text($0.jobs)], ["XINFO", "GROUPS", .text($0.jobs)], ["ZCARD", .text($0.retry)]]
+                })
                 let at = EventLoop.monotonicMilliseconds()
-                for index in allKeys.indices where emptyAt[index] == nil
-                    && replies[2 * index].integer == 0 && replies[2 * index + 1].integer == 0 {
-                    emptyAt[index] = at
+                var allEmpty = true
+                for index in allKeys.indices {
+                    let empty = LoadRun.unfinished(depth: replies[3 * index], groups: replies[3 * index + 1], group: allKeys[index].group) == 0
+                        && replies[3 * index + 2].integer == 0
+                    if empty && emptyAt[index] == nil { emptyAt[index] = at }
+                    allEmpty = allEmpty && empty
                 }
-                if replies.allSatisfy({ $0.integer == 0 }) {
+                if allEmpty {
                     clockEnd = at
                     break
                 }
@@ -333,6 +338,17 @@ public final class LoadRun {
                 redis.reconnect()
             }
         }
+    }
+
+    /// Entries of a jobs stream not yet finished: undelivered (the group's lag) plus pending. The
+    /// workers trim finished entries only every ~100 ms (`StreamTrim`), so XLEN would end the
+    /// clock up to that late; without the group (no worker read yet) every entry is unfinished.
+    static func unfinished(depth: RedisReply, groups: RedisReply, group: String) -> Int {
+        let depth = Int(depth.integer ?? 0)
+        guard case .array(let list) = groups,
+              let info = list.map(RedisReplyReader.map).first(where: { $0["name"]?.string == group }) else { return depth }
+        let pending = Int(info["pending"]?.integer ?? 0)
+        return QueueLag.of(reported: info["lag"]?.integer, depth: depth, pending: pending).lag + pending
     }
 
     /// Entries ever added to stream `key` (XINFO STREAM's `entries-added`, Redis 7.0+), which

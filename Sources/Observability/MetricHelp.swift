@@ -28,7 +28,7 @@ public enum MetricHelp {
         "herald_jwt_mints_total": "Provider tokens (JWT) signed for the app.",
         "herald_credentials_rejected": "1 while APNs refuses the app's credentials and the worker has stopped sending for it, else 0.",
         "herald_last_success_timestamp_seconds": "When APNs last accepted a notification of the app (UNIX seconds); absent until the first success.",
-        "herald_queue_depth": "Entries in the jobs stream: not yet read plus read and not yet acknowledged. Sampled every 5 s by every worker: aggregate with max.",
+        "herald_queue_depth": "Entries in the jobs stream: not yet read, read and not yet acknowledged, and finished entries not yet trimmed (about every 100 ms). Sampled every 5 s by every worker: aggregate with max.",
         "herald_queue_pending": "Entries delivered to a consumer of the group and not yet acknowledged. Sampled: aggregate with max.",
         "herald_consumer_lag": "Entries of the jobs stream not yet delivered to any consumer of the group (depth - pending when Redis cannot count it). Sampled: aggregate with max.",
         "herald_retry_set_size": "Notifications waiting in the retry set for their next attempt. Sampled: aggregate with max.",

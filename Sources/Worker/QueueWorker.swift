@@ -88,8 +88,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     private var wallClock: Int64 = 0
     private var wallClockStampedAt: Int64 = -1
 
-    private enum Phase { case starting, running, draining, stopped }
-    private var phase = Phase.starting
+    enum Phase { case starting, running, draining, stopped }
+    private(set) var phase = Phase.starting
     private var drainTimer: EventLoop.TimerID?
     /// Set when APNs refused every app's credentials: nothing is read.
     public var stoppedSendingReason: String? {
@@ -171,10 +171,11 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         checkDrained()
     }
 
-    private func checkDrained() {
+    func checkDrained() {
         guard phase == .draining else { return }
         if inFlight == 0 && rules.writesSettled {
-            finishStopping()
+            // The last trims first, so a stopped worker leaves no finished entry behind.
+            trimNow { [weak self] in self?.finishStopping() }
         }
     }
 
@@ -563,7 +564,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         RedisSentinelResolver.meansNotWritableMaster(message) || message.hasPrefix("EXECABORT")
     }
 
-    private func handleRedisError(_ message: String, channel: QueueChannel) {
+    func handleRedisError(_ message: String, channel: QueueChannel) {
         // On a cluster a redirect (and READONLY, EXECABORT) re-routes the queue; it is the cluster
         // working as designed (logged at notice), not an error for herald_redis_errors_total.
         if followClusterRedirect(message, channel: channel) { return }
@@ -903,8 +904,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     }
 
     /// One MULTI/EXEC per queue and tick: the outcome writes of every entry of that queue finished
-    /// in it, then XACK and XDEL, on that queue's connection and keys. Not confirmed (connection
-    /// lost): the rules keep the batch, written again after the queue reconnects.
+    /// in it, then XACK (a lone XACK when there are no writes), on that queue's connection and
+    /// keys; the stream is trimmed later (`scheduleTrim`). Not confirmed (connection lost): the
+    /// rules keep the batch, written again after the queue reconnects.
     private func write(_ batch: OutcomeBatch) {
         let channel = channels[batch.queue]
         guard let writer = channel.writer, writer.isReady, channel.groupReady else { return }
@@ -913,10 +915,13 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             switch result {
             case .success(.array(let replies)):
                 for reply in replies { if case .error(let message) = reply { self.handleRedisError(message, channel: channel) } }
+                fallthrough
+            case .success(.integer):  // a batch without writes is a lone XACK
                 if channel.pendingReadInFlight {
                     for entry in batch.entries { channel.confirmedDuringPendingRead.insert(entry.entryID) }
                 }
                 self.rules.confirmed(batch.sequence)
+                self.scheduleTrim(channel)
                 if self.phase == .draining { self.checkDrained() }
             case .success(.error(let message)):
                 self.handleRedisError(message, channel: channel)
@@ -1080,6 +1085,9 @@ final class QueueChannel {
     var active = true
     /// Bytes per entry of this queue's replies, about: up at once, down slowly.
     var entryBytesEstimate = 512
+    /// The stream's next trim (`QueueWorker.scheduleTrim`), and how many trims are in flight.
+    var trimTimer: EventLoop.TimerID?
+    var trimsInFlight = 0
 
     init(index: Int, keys: QueueKeys, logger: Logger) {
         self.index = index
@@ -1105,6 +1113,8 @@ final class QueueChannel {
         if let reconnectTimer { loop.cancel(reconnectTimer) }
         if let readPause { loop.cancel(readPause) }
         if let groupRetry { loop.cancel(groupRetry) }
+        if let trimTimer { loop.cancel(trimTimer) }
+        trimTimer = nil
         reader?.delegate = nil
         writer?.delegate = nil
         reader?.close()

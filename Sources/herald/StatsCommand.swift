@@ -6,7 +6,7 @@ struct StatsCommand: ParsableCommand {
         commandName: "stats",
         abstract: "Show a queue's depth, pending entries, lag, retries, dead letters, feedback and consumers.",
         discussion: """
-            Per queue: depth (entries in :jobs, waiting or in flight), pending (delivered to a worker, \
+            Per queue: depth (entries in :jobs: waiting, in flight, or finished and not yet trimmed), pending (delivered to a worker, \
             not yet acknowledged), lag (not yet delivered to any worker; "~" when Redis cannot count it \
             and Herald estimates depth - pending), the retry set's size and how many are due now, the \
             :dead and :feedback stream lengths, and each consumer with its pending count and idle time. \

@@ -161,7 +161,7 @@ extension IntegrationTests {
         /// batch is refused as a whole (MOVED for each command, EXECABORT for EXEC) and nothing
         /// of it is applied anywhere, so writing it again on the right master cannot apply it twice.
         @Test
-        func outcomeBatchesAndTheRetryScriptStayInTheQueueSlot() throws {
+        func outcomeBatchesTheRetryScriptAndTheTrimStayInTheQueueSlot() throws {
             let cluster = try RedisClusterFixture()
             defer { cluster.stop() }
             let keys = QueueKeys(queue: Self.shards[2])
@@ -216,9 +216,14 @@ extension IntegrationTests {
             // The right master: every command of the batch applied, no CROSSSLOT.
             let applied = try exec(on: owner)
             let replies = try #require(applied.array, "EXEC answered \(applied)")
-            #expect(replies.count == 4 && !replies.contains { $0.isError }, "\(replies)")
+            #expect(replies.count == 3 && !replies.contains { $0.isError }, "\(replies)")
             #expect(try client.run(["XLEN", .text(keys.dead)]).integer == 1)
             #expect(try client.run(["XLEN", .text(keys.feedback)]).integer == 1)
+            #expect(try client.run(["XLEN", .text(keys.jobs)]).integer == 2, "acknowledged, not yet trimmed")
+
+            // The trim script: one key of the slot, on its master; both entries were finished.
+            let trimmed = try client.run(StreamTrim.command(stream: keys.jobs).map { .text($0) })
+            #expect(trimmed.integer == 2, "\(trimmed)")
             #expect(try client.run(["XLEN", .text(keys.jobs)]).integer == 0)
 
             // The retry promotion script: two keys of the slot, on its master.
