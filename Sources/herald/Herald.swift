@@ -14,6 +14,6 @@ struct Herald: ParsableCommand {
             (docs/operations.md).
             """,
         version: HeraldVersion.description,
-        subcommands: [WorkerCommand.self, EnqueueCommand.self, APICommand.self, SendCommand.self, StatsCommand.self,
+        subcommands: [WorkerCommand.self, EnqueueCommand.self, APICommand.self, SendCommand.self, ChannelsCommand.self, StatsCommand.self,
                       DeadLettersCommand.self, FeedbackCommand.self, MockAPNsCommand.self, LoadGenCommand.self, DemoCommand.self])
 }

@@ -50,6 +50,10 @@ struct MockAPNsCommand: ParsableCommand {
     @Option(name: .customLong("garbage-body"), help: "Send KIND[:RATE] of error answers with a garbage body; KIND is text, binary, oversized (1 MiB), unknown-reason or long-reason (10 KiB) (default: never).") var garbageBody: String?
     @Flag(name: .customLong("ignore-ping"), help: "Do not acknowledge PING frames.") var ignorePing = false
     @Flag(name: .customLong("reject-tokens"), help: "Answer every request with a provider token 403 InvalidProviderToken (until /_herald/reject-tokens/off).") var rejectTokens = false
+    @Option(name: .customLong("channels-port"), help: "Serve the broadcast channel management API (/1/apps/BUNDLE/channels, TLS + HTTP/2, same certificate and token checks) on this port; 0 picks a free one and prints `channels on HOST:PORT`; -1 serves none (default 0).") var channelsPort = 0
+    @Option(name: .customLong("max-channels"), help: "Channels one bundle id may hold before creating another is 400 CannotCreateChannelConfig (default 10000, APNs' limit per app and environment).") var maxChannels = 10_000
+    @Flag(name: .customLong("broadcast-disabled"), help: "Answer broadcasts and channel requests 400 FeatureNotEnabled, as APNs does for an app without broadcast push (default: enabled).") var broadcastDisabled = false
+    @Flag(name: .customLong("unique-ids"), help: "Add apns-unique-id to device-push answers too, as APNs' sandbox does (default: broadcast answers only).") var uniqueIDs = false
     @Option(name: .customLong("stats-out"), help: "Write the counts as JSON here on exit (default: only printed).") var statsOut: String?
     @Option(name: .customLong("stats-port"), help: "Also serve GET /_herald/stats over plain HTTP/1.1 on this port of --host (0 picks one; prints `stats on HOST:PORT`; default: not served).") var statsPort: Int?
     @Option(name: .customLong("expect-notifications"), help: "Make room for this many apns-ids up front, so counting them never pauses a benchmark.") var expectNotifications = 0
@@ -82,6 +86,12 @@ struct MockAPNsCommand: ParsableCommand {
         configuration.teamID = teamID
         configuration.keyID = keyID
         configuration.measureLatency = measureLatency
+        guard channelsPort >= -1, channelsPort <= 65_535 else { throw ValidationError("--channels-port takes 0 to 65535, or -1 for none; got \(channelsPort)") }
+        guard maxChannels >= 1 else { throw ValidationError("--max-channels takes 1 or more; got \(maxChannels)") }
+        configuration.channelsPort = channelsPort < 0 ? nil : channelsPort
+        configuration.maxChannelsPerApp = maxChannels
+        configuration.broadcastDisabled = broadcastDisabled
+        configuration.uniqueIDs = uniqueIDs
         guard (0...1).contains(stall) else { throw ValidationError("--stall takes a share from 0 to 1; got \(stall)") }
         guard stallNext >= 0 else { throw ValidationError("--stall-next takes a count of 0 or more; got \(stallNext)") }
         configuration.faults.stallRate = stall
@@ -138,6 +148,7 @@ struct MockAPNsCommand: ParsableCommand {
             statsServer = plain
         }
         print("listening on \(host):\(server.port)")
+        if server.channelsPort > 0 { print("channels on \(host):\(server.channelsPort)") }
         if let statsServer { print("stats on \(host):\(statsServer.port)") }
         fflush(nil)
         loop.run()
