@@ -501,7 +501,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
             deviceToken: token, topic: topic, pushType: pushType, priority: priority, expiration: expiration,
             collapseID: request.header("apns-collapse-id").value, apnsID: headerAPNsID.value, payload: request.body)
         do {
-            try notification.validate()
+            try notification.validate(bundleID: configuration.bundleID)
         } catch {
             let (status, reason) = MockAPNsServer.apnsAnswer(for: error)
             return reject(status, reason)
@@ -573,6 +573,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         case .badAPNsID: return (400, "BadMessageId")
         case .payloadEmpty: return (400, "PayloadEmpty")
         case .payloadTooLarge: return (413, "PayloadTooLarge")
+        case .topicPushTypeMismatch: return (400, "TopicDisallowed")
         default: return (400, "BadPayload")
         }
     }

@@ -103,7 +103,7 @@ public enum JobDecoder {
         if tokenList.count == 1 {
             // One token (the usual job): validate() checks it with the rest; no second list.
             template.deviceToken = tokenList[0]
-            do { try template.validate() } catch { return .failure(.notification(error)) }
+            do { try template.validate(bundleID: defaults.bundleID) } catch { return .failure(.notification(error)) }
             return .success(makeJob(entryID: entryID, fields: fields, tokens: tokenList, invalid: [], template: template,
                                     id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt, attempts: attempts,
                                     unknown: unknown, defaults: defaults))
@@ -121,7 +121,7 @@ public enum JobDecoder {
             }
             if !checkedTemplate {
                 template.deviceToken = candidate
-                do { try template.validate() } catch { return .failure(.notification(error)) }
+                do { try template.validate(bundleID: defaults.bundleID) } catch { return .failure(.notification(error)) }
                 checkedTemplate = true
             }
             valid.append(candidate)
