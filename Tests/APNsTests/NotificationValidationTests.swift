@@ -449,8 +449,8 @@ let liveActivityStart =
     @Test(arguments: ["start", "update", "end"])
     func everyEventNeedsContentState(event: String) {
         let attributes = event == "start" ? #","attributes-type":"A","attributes":{}"# : ""
-        #expect(error(#""timestamp":1,"event":""# + event + """ + attributes) == .liveActivityMissingContentState(event: event))
-        #expect(error(#""timestamp":1,"event":""# + event + """ + attributes + #","content-state":{}"#) == nil)
+        #expect(error(#""timestamp":1,"event":""# + event + "\"" + attributes) == .liveActivityMissingContentState(event: event))
+        #expect(error(#""timestamp":1,"event":""# + event + "\"" + attributes + #","content-state":{}"#) == nil)
     }
 
     @Test(arguments: [(#"[]"#, JSONScanner.Value.Kind.array), (#""x""#, .string), ("null", .null), ("1", .number)])
@@ -493,7 +493,7 @@ let liveActivityStart =
     func inputPushMembersAreForStartOnly(event: String) {
         let base = #""timestamp":1,"event":""# + event + #"","content-state":{}"#
         #expect(error(base + #","input-push-token":1"#) == .liveActivityInputPushTokenNotStart(event: event))
-        #expect(error(base + #","input-push-channel":"dHJhY2s="#) == .liveActivityInputPushChannelNotStart(event: event))
+        #expect(error(base + #","input-push-channel":"dHJhY2s=""#) == .liveActivityInputPushChannelNotStart(event: event))
     }
 
     @Test func inputPushChannelOnStartPasses() {
