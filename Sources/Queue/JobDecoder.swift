@@ -33,7 +33,7 @@ public enum JobDecoder {
             case JobField.origin: origin = text(value)
             case JobField.enqueuedAt: enqueuedAtText = text(value)
             case JobField.idBase: idBase = text(value)
-            case JobField.app, JobField.retryID: break
+            case JobField.app, JobField.retryID, JobField.receipt: break
             default: unknown += 1
             }
         }

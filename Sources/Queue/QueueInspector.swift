@@ -54,6 +54,7 @@ public final class QueueInspector {
             ["ZRANGE", .text(keys.retry), "0", "0", "WITHSCORES"],
             ["XLEN", .text(keys.dead)],
             ["XLEN", .text(keys.feedback)],
+            ["XLEN", .text(keys.results)],
         ]
         let replies = try redis.pipeline(commands)
         let depth = Int(try RedisReplyReader.integer(replies[0], command: "XLEN \(keys.jobs)"))
@@ -67,8 +68,11 @@ public final class QueueInspector {
         let dead = Int(try RedisReplyReader.integer(replies[7], command: "XLEN \(keys.dead)"))
         let feedback = Int(try RedisReplyReader.integer(replies[8], command: "XLEN \(keys.feedback)"))
         let group = try QueueInspector.group(keys: keys, depth: depth, now: now, groups: replies[1], pending: replies[2], consumers: replies[3])
-        return QueueStats(keys: keys, sampledAt: now, depth: depth, group: group, retrySize: retrySize, retryDue: retryDue,
-                          nextRetryAt: nextRetryAt, deadLetters: dead, feedback: feedback)
+        var stats = QueueStats(keys: keys, sampledAt: now, depth: depth, group: group, retrySize: retrySize, retryDue: retryDue,
+                               nextRetryAt: nextRetryAt, deadLetters: dead, feedback: feedback)
+        let results = Int(try RedisReplyReader.integer(replies[9], command: "XLEN \(keys.results)"))
+        stats.results = results > 0 ? results : nil
+        return stats
     }
 
     /// The group's numbers from XINFO GROUPS, XPENDING (summary) and XINFO CONSUMERS; nil when the

@@ -29,6 +29,8 @@ public struct QueueStats: Sendable {
     /// Entries of the dead-letter and feedback streams.
     public var deadLetters: Int
     public var feedback: Int
+    /// Entries of the results stream; nil when it has none (results are off for the queue).
+    public var results: Int? = nil
 
     public struct Group: Sendable {
         public var name: String

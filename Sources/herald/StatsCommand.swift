@@ -82,6 +82,11 @@ struct StatsCommand: ParsableCommand {
             sections.append("consumers of \(queue.keys.queue) (group \(group.name), \(queue.keys.jobs)):\n"
                 + QueueToolOutput.table(["CONSUMER", "PENDING", "IDLE", "INACTIVE"], consumerRows, indent: "  "))
         }
+        let withResults = stats.filter { $0.results != nil }
+        if !withResults.isEmpty {
+            sections.append(withResults.map { "\($0.keys.queue): \($0.results ?? 0) results in \($0.keys.results) (herald results tail)" }
+                .joined(separator: "\n"))
+        }
         if stats.contains(where: { $0.group?.lagIsExact == false }) {
             sections.append("~: Redis cannot count the lag (entries were deleted out of order, or Redis is older than 7.0); estimated as depth - pending.")
         }
