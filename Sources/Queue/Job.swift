@@ -29,7 +29,7 @@ public enum JobField {
     public static let receipt = "receipt"
 
     static let known: Set<String> = [token, tokens, payload, topic, pushType, priority, expiration, collapseID, id, app,
-                                     attempts, origin, retryID, enqueuedAt, idBase, receipt]
+                                     attempts, origin, retryID, enqueuedAt, idBase, JobLane.field, receipt]
     /// Fields Herald writes itself and replaces when it re-queues a job.
     public static let herald: Set<String> = [attempts, origin, retryID, enqueuedAt, idBase]
 }

@@ -54,6 +54,11 @@ public final class QueueInspector {
             ["ZRANGE", .text(keys.retry), "0", "0", "WITHSCORES"],
             ["XLEN", .text(keys.dead)],
             ["XLEN", .text(keys.feedback)],
+            // The urgent lane's stream (a missing key reads as 0 and no group).
+            ["XLEN", .text(keys.urgentJobs)],
+            ["XINFO", "GROUPS", .text(keys.urgentJobs)],
+            ["XPENDING", .text(keys.urgentJobs), .text(keys.group)],
+            ["XINFO", "CONSUMERS", .text(keys.urgentJobs), .text(keys.group)],
             ["XLEN", .text(keys.results)],
         ]
         let replies = try redis.pipeline(commands)
@@ -70,7 +75,12 @@ public final class QueueInspector {
         let group = try QueueInspector.group(keys: keys, depth: depth, now: now, groups: replies[1], pending: replies[2], consumers: replies[3])
         var stats = QueueStats(keys: keys, sampledAt: now, depth: depth, group: group, retrySize: retrySize, retryDue: retryDue,
                                nextRetryAt: nextRetryAt, deadLetters: dead, feedback: feedback)
-        let results = Int(try RedisReplyReader.integer(replies[9], command: "XLEN \(keys.results)"))
+        let urgentDepth = Int(try RedisReplyReader.integer(replies[9], command: "XLEN \(keys.urgentJobs)"))
+        stats.urgent = QueueStats.UrgentLane(
+            depth: urgentDepth,
+            group: try QueueInspector.group(keys: keys.urgentLane, depth: urgentDepth, now: now, groups: replies[10], pending: replies[11],
+                                            consumers: replies[12]))
+        let results = Int(try RedisReplyReader.integer(replies[13], command: "XLEN \(keys.results)"))
         stats.results = results > 0 ? results : nil
         return stats
     }

@@ -61,13 +61,16 @@ public final class DeliveryRules {
         queueCounters.count == 1 ? queueCounters[0] : queueCounters.dropFirst().reduce(queueCounters[0], +)
     }
     /// What the rules did, per queue (in the order the queues were given).
-    public private(set) var queueCounters: [WorkerCounters]
+    public internal(set) var queueCounters: [WorkerCounters]
     public private(set) var draining = false
     /// Per queue (by index), whether every notification's outcome is written to the queue's
     /// results stream; jobs with `receipt` get theirs written either way. Empty: none.
     public var resultsByQueue: [Bool] = []
+    /// Per queue (the rules' indices), whether it is a queue's urgent stream: its tokens wait in
+    /// their app's urgent line and its retries go back to the urgent stream. Empty: none is.
+    public var urgentQueues: [Bool] = []
 
-    private var lanes: [Lane]
+    var lanes: [Lane]
     private let laneByName: [String: Int]
     /// Each app's job defaults per queue (`[queue][lane]`): the apns-id namespace is the queue's name.
     private let defaultsByQueue: [[JobDefaults]]
@@ -97,10 +100,22 @@ public final class DeliveryRules {
         var queue: [UInt64] = []
         var head = 0
         var halted = false
+        /// Tokens of jobs read from an urgent stream (`JobLane.urgent`): served before `queue`, so
+        /// an urgent job never waits behind the bulk tokens already read.
+        var urgent: [UInt64] = []
+        var urgentHead = 0
+        /// Urgent tokens popped in a row while bulk tokens waited: after `urgentRunLimit` one bulk
+        /// token goes, so a flood of urgent jobs leaves bulk at least a quarter of the sends.
+        var urgentRun = 0
 
-        var queued: Int { queue.count - head }
+        var queued: Int { queue.count - head + urgent.count - urgentHead }
 
         mutating func pop() -> UInt64? {
+            if urgentHead < urgent.count, head >= queue.count || urgentRun < DeliveryRules.urgentRunLimit {
+                urgentRun += 1
+                return popUrgent()
+            }
+            urgentRun = 0
             guard head < queue.count else { return nil }
             head += 1
             let context = queue[head - 1]
@@ -125,7 +140,10 @@ public final class DeliveryRules {
         }
 
         mutating func takeAll() -> ArraySlice<UInt64> {
-            let taken = queue[head...]
+            var taken = urgent[urgentHead...]
+            taken.append(contentsOf: queue[head...])
+            urgent = []
+            urgentHead = 0
             queue = []
             head = 0
             return taken
@@ -366,7 +384,7 @@ public final class DeliveryRules {
                 }
                 queuedCollapse[queue][key] = context
             }
-            lanes[laneIndex].queue.append(context)
+            lanes[laneIndex].append(context, urgent: isUrgent(queue: queue))
         }
         if record.remaining <= 0 { finish(index, now: now) }
     }
@@ -416,6 +434,7 @@ public final class DeliveryRules {
                 continue
             }
             queueCounters[record.queue].notificationsSent += 1
+            countSend(job.template.effectivePriority, queue: record.queue, lane: record.lane)
             return NotificationSend(context: context, entryID: job.entryID, notification: job.notification(forToken: token),
                                     attempts: record.attemptsBefore(tokenIndex))
         }
@@ -424,9 +443,10 @@ public final class DeliveryRules {
 
     /// The pool had no slot for `send` after all: it goes back first in line.
     public func sendRefused(_ send: NotificationSend, lane laneIndex: Int) {
-        lanes[laneIndex].pushFront(send.context)
-        guard let record = jobRecord(for: send.context) else { return }
+        guard let record = jobRecord(for: send.context) else { lanes[laneIndex].pushFront(send.context); return }
+        lanes[laneIndex].pushFront(send.context, urgent: isUrgent(queue: record.queue))
         queueCounters[record.queue].notificationsSent -= 1
+        countSend(record.job.template.effectivePriority, queue: record.queue, lane: record.lane, by: -1)
         guard let collapseID = record.job.template.collapseID else { return }
         let key = DeliveryRules.collapseKey(collapseID, record.job.tokens[Int(send.context & 0xFFFF)])
         if queuedCollapse[record.queue][key] == nil { queuedCollapse[record.queue][key] = send.context }
@@ -541,7 +561,7 @@ public final class DeliveryRules {
             return false
         }
         record.setAttempts(tokenIndex, attempts)
-        lanes[record.lane].pushFront(UInt64(index) << 16 | UInt64(tokenIndex))
+        lanes[record.lane].pushFront(UInt64(index) << 16 | UInt64(tokenIndex), urgent: isUrgent(queue: record.queue))
         return true
     }
 
@@ -722,7 +742,7 @@ public final class DeliveryRules {
             queueCounters[queue].apps[record.lane].handedBack += record.handedBack
             let retryID = "\(job.entryID)/\(record.retryAttempts)/\(UInt32.random(in: .min ... .max, using: &random))"
             writes.append(.retry(RetryEntry(job: job, tokens: record.retryTokens, attempts: record.retryAttempts, retryID: retryID,
-                                            dueAt: dueAt)))
+                                            dueAt: dueAt, lane: retryLane(queue: queue))))
         }
         addFinishing(EntryOutcome(entryID: job.entryID, writes: writes), queue: queue)
     }

@@ -39,6 +39,9 @@ public struct WorkerConfiguration: Sendable {
     /// Consumers of the group idle this long that own no pending entry are removed
     /// (`--idle-consumer-timeout`): what scaled-down or replaced workers leave behind. 0: never.
     public var idleConsumerTimeoutMilliseconds: Int64 = 3_600_000
+    /// Each queue's urgent stream (`QueueKeys.urgentJobs`) is read too, before the bulk one (on in
+    /// `herald worker`); off, only the bulk streams are read and due retries all go back to them.
+    public var urgentLanes = true
 
     /// Which queues write every notification's outcome to their results stream (`--results`,
     /// `--results-queues`); jobs with `receipt` get theirs written whatever this says.
