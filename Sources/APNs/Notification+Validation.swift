@@ -34,8 +34,16 @@ extension Notification {
     /// are only held to their priority: `content-available` and the absence of alert, sound and
     /// badge are advice that APNs does not enforce with an error.
     public func validate() throws(NotificationError) {
+        try validate(bundleID: nil)
+    }
+
+    /// `validate()`, knowing the app's bundle id (the worker's `bundle_id`): an `alert` or
+    /// `background` topic that is exactly this bundle id passes even when the bundle id itself
+    /// ends like a push type's suffix (an app called `com.example.voip` is legitimate).
+    public func validate(bundleID: String?) throws(NotificationError) {
         try validateDeviceToken()
         try validateTopic()
+        if let error = Self.topicPushTypeError(topic: topic, pushType: pushType, bundleID: bundleID) { throw error }
         if let priority, !pushType.allows(priority) {
             throw .badPriority(priority, pushType: pushType)
         }
@@ -147,7 +155,7 @@ extension Notification {
         }
         guard root.kind == .object else { return .payloadNotObject(found: root.kind) }
         if pushType == .liveactivity {
-            return Self.liveActivityError(in: json)
+            return Self.liveActivityError(in: json) ?? Self.liveActivityMoreError(in: json)
         }
         return nil
     }

@@ -37,6 +37,21 @@ public enum NotificationError: Error, Equatable, Sendable, CustomStringConvertib
     case liveActivityBadEvent(hint: String)
     case liveActivityStartMissingAttributesType
     case liveActivityStartMissingAttributes
+    /// `aps["content-state"]` is absent; the event word is `start`, `update` or `end`.
+    case liveActivityMissingContentState(event: String)
+    case liveActivityBadContentState(found: JSONScanner.Value.Kind)
+    case liveActivityBadDismissalDate(found: JSONScanner.Value.Kind)
+    case liveActivityBadStaleDate(found: JSONScanner.Value.Kind)
+    case liveActivityBadRelevanceScore(found: JSONScanner.Value.Kind)
+    /// `aps["input-push-token"]` is not the number 1; the hint is a short excerpt or the JSON type found.
+    case liveActivityBadInputPushToken(hint: String)
+    case liveActivityInputPushTokenNotStart(event: String)
+    case liveActivityBadInputPushChannel(found: JSONScanner.Value.Kind)
+    case liveActivityInputPushChannelNotStart(event: String)
+    case liveActivityInputPushTokenAndChannel
+    /// The topic does not carry `pushType`'s suffix, or (alert, background) carries the suffix
+    /// of `suffixOf`; the topic is an excerpt.
+    case topicPushTypeMismatch(topic: String, pushType: PushType, suffixOf: PushType?)
 
     /// A stable snake_case word for machines: dead-letter entries, metrics labels, alerts.
     public var code: String {
@@ -66,6 +81,17 @@ public enum NotificationError: Error, Equatable, Sendable, CustomStringConvertib
         case .liveActivityBadEvent: "live_activity_bad_event"
         case .liveActivityStartMissingAttributesType: "live_activity_start_missing_attributes_type"
         case .liveActivityStartMissingAttributes: "live_activity_start_missing_attributes"
+        case .liveActivityMissingContentState: "live_activity_missing_content_state"
+        case .liveActivityBadContentState: "live_activity_bad_content_state"
+        case .liveActivityBadDismissalDate: "live_activity_bad_dismissal_date"
+        case .liveActivityBadStaleDate: "live_activity_bad_stale_date"
+        case .liveActivityBadRelevanceScore: "live_activity_bad_relevance_score"
+        case .liveActivityBadInputPushToken: "live_activity_bad_input_push_token"
+        case .liveActivityInputPushTokenNotStart: "live_activity_input_push_token_not_start"
+        case .liveActivityBadInputPushChannel: "live_activity_bad_input_push_channel"
+        case .liveActivityInputPushChannelNotStart: "live_activity_input_push_channel_not_start"
+        case .liveActivityInputPushTokenAndChannel: "live_activity_input_push_token_and_channel"
+        case .topicPushTypeMismatch: "topic_push_type_mismatch"
         }
     }
 
@@ -129,6 +155,34 @@ public enum NotificationError: Error, Equatable, Sendable, CustomStringConvertib
             "A Live Activity start needs aps[\"attributes-type\"], the name of the attributes struct, as a string."
         case .liveActivityStartMissingAttributes:
             "A Live Activity start needs aps.attributes as an object."
+        case .liveActivityMissingContentState(let event):
+            "A Live Activity \(event) needs aps[\"content-state\"], an object with the activity's content (its ContentState)."
+        case .liveActivityBadContentState(let kind):
+            "aps[\"content-state\"] must be an object (the activity's ContentState), not \(Self.article(kind))."
+        case .liveActivityBadDismissalDate(let kind):
+            "aps[\"dismissal-date\"] must be a number (UNIX seconds), not \(Self.article(kind))."
+        case .liveActivityBadStaleDate(let kind):
+            "aps[\"stale-date\"] must be a number (UNIX seconds), not \(Self.article(kind))."
+        case .liveActivityBadRelevanceScore(let kind):
+            "aps[\"relevance-score\"] must be a number, not \(Self.article(kind))."
+        case .liveActivityBadInputPushToken(let hint):
+            "aps[\"input-push-token\"] is \(hint); it must be the number 1 (ask the device for the activity's push token), or be left out."
+        case .liveActivityInputPushTokenNotStart(let event):
+            "aps[\"input-push-token\"] is only for a start event, not \(event); leave it out."
+        case .liveActivityBadInputPushChannel(let kind):
+            "aps[\"input-push-channel\"] must be a channel id as a non-empty string, not \(kind == .string ? "an empty string" : Self.article(kind))."
+        case .liveActivityInputPushChannelNotStart(let event):
+            "aps[\"input-push-channel\"] is only for a start event, not \(event); leave it out."
+        case .liveActivityInputPushTokenAndChannel:
+            "A Live Activity start has both aps[\"input-push-token\"] and aps[\"input-push-channel\"]; an activity is updated either by its own token or by a channel: keep one."
+        case .topicPushTypeMismatch(let topic, let pushType, let other) where pushType.topicSuffix.isEmpty:
+            "The topic \(Self.quoted(topic)) ends in \(Self.quoted(other?.topicSuffix ?? "")), the suffix of push type "
+                + "\(other?.rawValue ?? "?"), but the push type is \(pushType.rawValue), whose topic is the bare bundle id; "
+                + "drop the suffix or send push_type \(other?.rawValue ?? "?")."
+        case .topicPushTypeMismatch(let topic, let pushType, _):
+            "The topic \(Self.quoted(topic)) does not end in \(Self.quoted(pushType.topicSuffix)), which push type "
+                + "\(pushType.rawValue) needs after the bundle id (e.g. com.example.app\(pushType.topicSuffix)); leave topic out "
+                + "to use the app's bundle id with that suffix."
         }
     }
 

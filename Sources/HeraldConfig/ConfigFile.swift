@@ -41,6 +41,10 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     public var metricsHost: String?
     public var logLevel: String?
     public var logFormat: String?
+    /// `results: true` (every queue the worker reads), `false`, or a list of queue names: whose
+    /// every notification outcome goes to the queue's results stream.
+    public var results: ResultsSetting?
+    public var resultsMaxLength: Int?
     public var apps: [String: App]?
 
     public enum CodingKeys: String, CodingKey, CaseIterable {
@@ -62,6 +66,26 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
         case metricsHost = "metrics_host"
         case logLevel = "log_level"
         case logFormat = "log_format"
+        case results
+        case resultsMaxLength = "results_max_length"
+    }
+
+    /// The `results:` setting: a boolean or a list of queue names.
+    public enum ResultsSetting: Decodable, Equatable, Sendable {
+        case enabled(Bool)
+        case queues([String])
+
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.singleValueContainer()
+            if let flag = try? container.decode(Bool.self) {
+                self = .enabled(flag)
+            } else if let names = try? container.decode([String].self) {
+                self = .queues(names)
+            } else {
+                throw DecodingError.typeMismatch(ResultsSetting.self, .init(
+                    codingPath: decoder.codingPath, debugDescription: "results should be true, false, or a list of queue names"))
+            }
+        }
     }
 
     /// One app: where its notifications go and how it authenticates.

@@ -34,6 +34,8 @@ public struct LoadGenConfiguration: Sendable {
     public var maxStreams = 1000
     /// XREADGROUP batch; nil keeps the worker's default.
     public var batch: Int? = nil
+    /// Start the workers with `--results` (receipts for every notification).
+    public var results = false
     public var threads = 1
 
     // The load.

@@ -200,6 +200,7 @@ public struct LoadReport: Sendable {
         conditionsObject.add("connections", c.connections)
         conditionsObject.add("max_streams", c.maxStreams)
         conditionsObject.add("batch", c.batch)
+        conditionsObject.add("results", c.results)
         conditionsObject.add("payload_bytes", c.payloadBytes)
         conditionsObject.add("tokens", c.tokens)
         conditionsObject.add("fanout", c.fanout)

@@ -300,6 +300,7 @@ public final class LoadRun {
         conditions.connections = c.connections
         conditions.maxStreams = c.maxStreams
         conditions.batch = c.batch.map(String.init) ?? "worker default (256)"  // WorkerConfiguration.defaultBatch
+        conditions.results = c.results
         conditions.payloadBytes = c.payloadBytes
         conditions.tokens = c.tokens
         conditions.fanout = c.fanout
@@ -529,6 +530,7 @@ public final class LoadRun {
                           "--metrics-port", "0", "--metrics-host", "127.0.0.1", "--log-level", "warning"]
             if let caFile = apns.caFile { arguments += ["--ca-file", caFile] }
             if let batch = c.batch { arguments += ["--batch", String(batch)] }
+            if c.results { arguments.append("--results") }
             let process = try ChildProcess(arguments, logFile: directory + "/worker-\(index).log", environment: environment)
             children.append(process)
             workerProcesses.append(process)

@@ -17,6 +17,8 @@ public struct RunConditions: Sendable {
     public var connections = 0
     public var maxStreams = 0
     public var batch = ""
+    /// Whether the workers wrote every outcome to the results stream (`--results`).
+    public var results = false
     public var threads = 1
     public var payloadBytes = 0
     public var tokens = 0
@@ -120,6 +122,7 @@ public struct RunConditions: Sendable {
             ("workers", workers),
             ("connections × streams", "\(connections) × \(maxStreams) per worker thread"),
             ("batch", batch),
+            ("results", results ? "on (every outcome written to the results stream)" : "off"),
             ("payload", "\(payloadBytes) bytes, \(tokens) tokens, fan-out \(fanout), collapse ratio \(collapseRatio), push types \(pushTypes)"),
             ("emulator", "\(emulator), latency \(emulatorLatencyMilliseconds) ms, faults: \(faults)"),
             ("redis", redis),

@@ -50,6 +50,8 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     private var throttled: [String: Int] = [:]
     private var verifiedTokens: [String: Result<ParsedProviderToken, ProviderTokenVerificationFailure>] = [:]
     private var random: SplitMix64
+    /// Draws `apns-unique-id`s apart from `random`, so the faults a seed injects stay the same.
+    private var uniqueIDRandom: SplitMix64
     private var delayed: [DelayedAnswer] = []
     private var delayedHead = 0
     private var delayTimerArmed = false
@@ -92,6 +94,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         self.configuration = configuration
         self.logger = logger
         random = SplitMix64(seed: configuration.seed)
+        uniqueIDRandom = SplitMix64(seed: configuration.seed ^ 0x756E_6971_7565_4944)
         latencyMilliseconds = max(0, configuration.latencyMilliseconds)
         maxStreams = configuration.maxStreams
         faults = configuration.faults
@@ -427,20 +430,27 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
             if answer.stampMicros > 0 {
                 latency?.record(stampMicros: answer.stampMicros, nowMicros: LatencyRecorder.nowMicros())
             }
-            connection.respond(streamID: streamID, status: 200, apnsID: answer.apnsID, body: [])
+            connection.respond(streamID: streamID, status: 200, apnsID: answer.apnsID, uniqueID: uniqueID(), body: [])
             return
         }
         let reason = answer.reason ?? "Unknown"
         statistics.rejected[reason, default: 0] += 1
         if let garbage = faults.garbageBody, garbage.rate > 0, garbage.rate >= 1 || draw() < garbage.rate {
             statistics.garbageBodies += 1
-            connection.respond(streamID: streamID, status: answer.status, apnsID: answer.apnsID, body: garbageBody(garbage.kind, reason: reason))
+            connection.respond(streamID: streamID, status: answer.status, apnsID: answer.apnsID, uniqueID: uniqueID(),
+                               body: garbageBody(garbage.kind, reason: reason))
             return
         }
         var body = "{\"reason\":\"\(reason)\""
         if let timestamp = answer.timestamp { body += ",\"timestamp\":\(timestamp)" }
         body += "}"
-        connection.respond(streamID: streamID, status: answer.status, apnsID: answer.apnsID, body: Array(body.utf8))
+        connection.respond(streamID: streamID, status: answer.status, apnsID: answer.apnsID, uniqueID: uniqueID(), body: Array(body.utf8))
+    }
+
+    /// A fresh `apns-unique-id`, as APNs' sandbox sends with every answer (it names the
+    /// notification in Apple's delivery log); two draws of the seeded generator, no String.
+    private func uniqueID() -> UUIDBits {
+        UUIDBits(high: uniqueIDRandom.next(), low: uniqueIDRandom.next())
     }
 
     func garbageBody(_ kind: GarbageBodyKind, reason: String) -> [UInt8] {
@@ -512,7 +522,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         // does): the bits skip validation's second pass over the same 36 bytes.
         if let uuid { notification.apnsIDBits = UUIDBits(high: uuid.high, low: uuid.low) }
         do {
-            try notification.validate()
+            try notification.validate(bundleID: configuration.bundleID)
         } catch {
             let (status, reason) = MockAPNsServer.apnsAnswer(for: error)
             return reject(status, reason)
@@ -618,6 +628,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         case .badAPNsID: return (400, "BadMessageId")
         case .payloadEmpty: return (400, "PayloadEmpty")
         case .payloadTooLarge: return (413, "PayloadTooLarge")
+        case .topicPushTypeMismatch: return (400, "TopicDisallowed")
         default: return (400, "BadPayload")
         }
     }

@@ -103,6 +103,9 @@ extension QueueStats {
             ("next_retry_at_ms", .optional(nextRetryAt)),
             ("dead_letters", .int(deadLetters)),
             ("feedback", .int(feedback)),
+        ]
+        if let results { members.append(("results", .int(results))) }
+        members += [
             ("consumers", .array((group?.consumers ?? []).map { consumer in
                 .object([("name", .string(consumer.name)), ("pending", .int(consumer.pending)),
                          ("idle_ms", .integer(consumer.idle)), ("inactive_ms", .optional(consumer.inactive))])

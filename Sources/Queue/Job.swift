@@ -26,8 +26,12 @@ public enum JobField {
     /// derived from it (a retry holding one token must not send the raw `id`).
     public static let idBase = "id_base"
 
+    /// `1` (or `true`): write this job's outcomes to the results stream even when results are
+    /// off for its queue.
+    public static let receipt = "receipt"
+
     static let known: Set<String> = [token, tokens, payload, topic, pushType, priority, expiration, collapseID, id, app,
-                                     channelID, attempts, origin, retryID, enqueuedAt, idBase, JobLane.field]
+                                     channelID, attempts, origin, retryID, enqueuedAt, idBase, JobLane.field, receipt]
     /// Fields Herald writes itself and replaces when it re-queues a job.
     public static let herald: Set<String> = [attempts, origin, retryID, enqueuedAt, idBase]
 }
@@ -129,6 +133,12 @@ public final class Job: Sendable {
             notification.apnsIDBits = StableID.bits(namespace: apnsIDNamespace, origin: entryID, token: token)
         }
         return notification
+    }
+
+    /// Whether the job asks for receipts (`receipt` is `1` or `true`).
+    public var wantsReceipt: Bool {
+        guard let value = field(JobField.receipt) else { return false }
+        return value.elementsEqual("1".utf8) || value.elementsEqual("true".utf8)
     }
 
     /// The value of field `name`, if present.

@@ -35,7 +35,7 @@ public enum JobDecoder {
             case JobField.enqueuedAt: enqueuedAtText = text(value)
             case JobField.idBase: idBase = text(value)
             case JobField.channelID: channelID = value
-            case JobField.app, JobField.retryID: break
+            case JobField.app, JobField.retryID, JobField.receipt: break
             default: unknown += 1
             }
         }
@@ -120,7 +120,7 @@ public enum JobDecoder {
             // One token (the usual job): validate() checks it with the rest; no second list.
             let only = single ?? tokenList[0]
             template.deviceToken = only
-            do { try template.validate() } catch { return .failure(.notification(error)) }
+            do { try template.validate(bundleID: defaults.bundleID) } catch { return .failure(.notification(error)) }
             return .success(makeJob(entryID: entryID, fields: fields, tokens: JobTokens(only), invalid: [], template: template,
                                     id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt, attempts: attempts,
                                     unknown: unknown, defaults: defaults))
@@ -138,7 +138,7 @@ public enum JobDecoder {
             }
             if !checkedTemplate {
                 template.deviceToken = candidate
-                do { try template.validate() } catch { return .failure(.notification(error)) }
+                do { try template.validate(bundleID: defaults.bundleID) } catch { return .failure(.notification(error)) }
                 checkedTemplate = true
             }
             valid.append(candidate)

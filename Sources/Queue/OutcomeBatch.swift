@@ -5,6 +5,8 @@ public enum OutcomeWrite: Sendable {
     case feedback(FeedbackEntry.Draft)
     case deadLetter(DeadLetter.Draft)
     case retry(RetryEntry)
+    /// A receipt in the results stream (results on for the queue, or `receipt` on the job).
+    case result(ResultEntry.Draft)
 }
 
 /// The writes that end one stream entry; the entry is acknowledged in the same MULTI/EXEC (or by
@@ -45,7 +47,9 @@ public struct OutcomeBatch: Sendable {
 
     /// Queues `MULTI`, the writes, `XACK`, `EXEC` on `connection` (`completion` gets EXEC's reply,
     /// an array), or only `XACK` when no entry has a write (`completion` gets its integer reply).
-    public func send(on connection: RedisConnection, keys: QueueKeys, maxLength: Int,
+    /// Dead letters and feedback are trimmed to about `maxLength`, results to `resultsMaxLength`
+    /// (nil: `maxLength`).
+    public func send(on connection: RedisConnection, keys: QueueKeys, maxLength: Int, resultsMaxLength: Int? = nil,
                      _ completion: @escaping RedisConnection.Completion) {
         guard hasWrites else {
             sendAcknowledgement(on: connection, keys: keys, completion)
@@ -58,6 +62,7 @@ public struct OutcomeBatch: Sendable {
                 case .feedback(let draft): connection.send(draft.command(stream: keys.feedback, maxLength: maxLength))
                 case .deadLetter(let draft): connection.send(draft.command(stream: keys.dead, maxLength: maxLength))
                 case .retry(let retry): connection.send(retry.command(key: keys.retry))
+                case .result(let draft): connection.send(draft.command(stream: keys.results, maxLength: resultsMaxLength ?? maxLength))
                 }
             }
         }

@@ -59,6 +59,7 @@ public final class QueueInspector {
             ["XINFO", "GROUPS", .text(keys.urgentJobs)],
             ["XPENDING", .text(keys.urgentJobs), .text(keys.group)],
             ["XINFO", "CONSUMERS", .text(keys.urgentJobs), .text(keys.group)],
+            ["XLEN", .text(keys.results)],
         ]
         let replies = try redis.pipeline(commands)
         let depth = Int(try RedisReplyReader.integer(replies[0], command: "XLEN \(keys.jobs)"))
@@ -79,6 +80,8 @@ public final class QueueInspector {
             depth: urgentDepth,
             group: try QueueInspector.group(keys: keys.urgentLane, depth: urgentDepth, now: now, groups: replies[10], pending: replies[11],
                                             consumers: replies[12]))
+        let results = Int(try RedisReplyReader.integer(replies[13], command: "XLEN \(keys.results)"))
+        stats.results = results > 0 ? results : nil
         return stats
     }
 

@@ -12,6 +12,9 @@ public struct QueueKeys: Sendable, Equatable {
     public let dead: String
     /// Stream of device tokens APNs rejected (410, BadDeviceToken, DeviceTokenNotForTopic).
     public let feedback: String
+    /// Stream of notification outcomes (receipts), written only when results are enabled for
+    /// the queue or asked for by a job (`receipt`).
+    public let results: String
     public let group: String
 
     public static let defaultQueue = "default"
@@ -27,6 +30,7 @@ public struct QueueKeys: Sendable, Equatable {
         retry = base + ":retry"
         dead = base + ":dead"
         feedback = base + ":feedback"
+        results = base + ":results"
     }
 
     /// The queue's urgent lane: a second stream (same hash tag, same consumer group) the worker

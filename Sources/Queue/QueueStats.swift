@@ -31,6 +31,8 @@ public struct QueueStats: Sendable {
     /// Entries of the dead-letter and feedback streams.
     public var deadLetters: Int
     public var feedback: Int
+    /// Entries of the results stream; nil when it has none (results are off for the queue).
+    public var results: Int? = nil
     /// The queue's urgent stream (`QueueKeys.urgentJobs`): its depth and the group's numbers on it.
     /// Nil when the inspector did not read it.
     public var urgent: UrgentLane?

@@ -12,6 +12,9 @@ public struct PendingRequest: Sendable {
     public var attempts: Int
     /// Monotonic ms when the stream was submitted (set by the connection; request duration).
     public var submittedAt: Int64 = 0
+    /// The answer's `apns-unique-id` (APNs' sandbox sends one), set by the connection when the
+    /// response carried a well-formed one.
+    public var uniqueID: UUIDBits? = nil
 
     public init(notification: Notification, context: UInt64, attempts: Int = 0) {
         self.notification = notification
@@ -110,6 +113,8 @@ public final class APNsConnection: HTTP2Endpoint {
         var streamID: Int32 = 0
         /// Set when the request was completed here without being sent (its headers do not fit).
         var notSent = false
+        /// The response's `apns-unique-id`, when it had one.
+        var uniqueID: UUIDBits? = nil
     }
 
     /// False until the non-blocking TCP connect is known to have succeeded.
@@ -281,6 +286,7 @@ public final class APNsConnection: HTTP2Endpoint {
             slots[index].status = 0
             slots[index].failure = nil
             slots[index].notSent = true
+            slots[index].uniqueID = nil
             slots[index].streamID = 0
             inFlight += 1
             completed.append(slotIndex)
@@ -304,6 +310,7 @@ public final class APNsConnection: HTTP2Endpoint {
         slots[index].headersSent = false
         slots[index].failure = nil
         slots[index].notSent = false
+        slots[index].uniqueID = nil
         slots[index].streamID = streamID
         inFlight += 1
         streamsOpened += 1
@@ -318,11 +325,22 @@ public final class APNsConnection: HTTP2Endpoint {
     // MARK: nghttp2 events (called from the C callbacks below)
 
     fileprivate func onHeader(streamID: Int32, name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) {
+        if name.count == 14, name[5] == 0x75 /* "u" */, APNsConnection.isUniqueIDName(name) {
+            guard let index = slotIndex(streamID) else { return }
+            slots[index].uniqueID = UUIDBits(uuidText: value)
+            return
+        }
         guard name.count == 7, name[0] == 0x3A, name[1] == 0x73 /* ":s" */ else { return }
         guard let index = slotIndex(streamID) else { return }
         var status: Int32 = 0
         for byte in value where byte >= 0x30 && byte <= 0x39 { status = status * 10 + Int32(byte - 0x30) }
         slots[index].status = status
+    }
+
+    /// Whether a header name (lowercase, as HTTP/2 requires) is `apns-unique-id`.
+    private static func isUniqueIDName(_ name: UnsafeBufferPointer<UInt8>) -> Bool {
+        let expected: StaticString = "apns-unique-id"
+        return expected.withUTF8Buffer { $0.elementsEqual(name) }
     }
 
     fileprivate func onData(streamID: Int32, bytes: UnsafeBufferPointer<UInt8>) {
@@ -421,7 +439,8 @@ public final class APNsConnection: HTTP2Endpoint {
             let slotIndex = Int(completed[index])
             index += 1
             // Moved out of the slot, not copied: no retain and release of each of its references.
-            guard let request = slots[slotIndex].request.take() else { continue }
+            guard var request = slots[slotIndex].request.take() else { continue }
+            request.uniqueID = slots[slotIndex].uniqueID
             inFlight -= 1
             freeSlotIndices.append(Int32(slotIndex))
             let outcome: DeliveryOutcome

@@ -1,3 +1,4 @@
+import APNs
 import CHeraldShims
 import CNGHTTP2
 import Glibc
@@ -90,7 +91,7 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
     private let responseScratch = UnsafeMutablePointer<UInt8>.allocate(capacity: 256)
     private let responseNames: UnsafeMutablePointer<UInt8>
 
-    private static let nameBytes = Array(":statusapns-idcontent-typecontent-length".utf8)
+    private static let nameBytes = Array(":statusapns-idcontent-typecontent-lengthapns-unique-id".utf8)
 
     public convenience init(loop: EventLoop, fd: Int32, tlsContext: TLSContext, identifier: Int, initialMaxConcurrentStreams: UInt32) throws(ConnectionError) {
         self.init(inMemoryOn: loop, identifier: identifier, initialMaxConcurrentStreams: initialMaxConcurrentStreams)
@@ -147,9 +148,11 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
 
     /// Answers stream `streamID` with `status`, an `apns-id` and an optional JSON body (ignored if
     /// the stream is gone, e.g. reset by the client). Builds its header list without allocating.
-    public func respond(streamID: Int32, status: Int, apnsID: String?, body: [UInt8]) {
+    /// `uniqueID`, when given, is sent as `apns-unique-id` (as APNs' sandbox does), written
+    /// straight into the header scratch: no String per response.
+    public func respond(streamID: Int32, status: Int, apnsID: String?, uniqueID: UUIDBits? = nil, body: [UInt8]) {
         guard let session, isOpen else { return }
-        var nva = (nghttp2_nv(), nghttp2_nv(), nghttp2_nv(), nghttp2_nv())
+        var nva = (nghttp2_nv(), nghttp2_nv(), nghttp2_nv(), nghttp2_nv(), nghttp2_nv())
         var count = 0
         var used = 0
         func value(_ text: String) -> (UnsafeMutablePointer<UInt8>, Int) {
@@ -173,6 +176,14 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
             }
             add(0, 7, String(status))
             if let apnsID { add(7, 7, apnsID) }
+            if let uniqueID, used + 36 <= 256 {
+                let start = responseScratch + used
+                UUIDString.write(uniqueID, into: start)
+                used += 36
+                list[count] = nghttp2_nv(name: responseNames + 40, value: start, namelen: 14, valuelen: 36,
+                                         flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
+                count += 1
+            }
             if !body.isEmpty {
                 add(14, 12, "application/json")
                 add(26, 14, String(body.count))

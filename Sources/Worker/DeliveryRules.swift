@@ -63,6 +63,9 @@ public final class DeliveryRules {
     /// What the rules did, per queue (in the order the queues were given).
     public internal(set) var queueCounters: [WorkerCounters]
     public private(set) var draining = false
+    /// Per queue (by index), whether every notification's outcome is written to the queue's
+    /// results stream; jobs with `receipt` get theirs written either way. Empty: none.
+    public var resultsByQueue: [Bool] = []
     /// Per queue (the rules' indices), whether it is a queue's urgent stream: its tokens wait in
     /// their app's urgent line and its retries go back to the urgent stream. Empty: none is.
     public var urgentQueues: [Bool] = []
@@ -174,6 +177,11 @@ public final class DeliveryRules {
         var retryDelay: Int64 = 0
         /// Tokens put back without a counted failure (drain, refused credentials): in `retryTokens`, not retries.
         var handedBack = 0
+        /// Whether this job's outcomes go to the results stream (its queue's setting, or its `receipt`).
+        var receipts = false
+        /// Accepted, superseded and dead-token outcomes so far, when `receipts` (dead letters are
+        /// turned into results when the job finishes).
+        var results: [ResultEntry.Draft] = []
 
         init(job: Job, lane: Int, queue: Int) {
             self.job = job
@@ -196,6 +204,8 @@ public final class DeliveryRules {
             retryAttempts = 0
             retryDelay = 0
             handedBack = 0
+            receipts = false
+            results = []
         }
 
         func isSuperseded(_ tokenIndex: Int) -> Bool {
@@ -343,6 +353,7 @@ public final class DeliveryRules {
         } else {
             record = JobRecord(job: job, lane: laneIndex, queue: queue)
         }
+        record.receipts = wantsResults(queue: queue) || job.wantsReceipt
         let index: Int
         if let free = freeJobIndices.popLast() {
             index = free
@@ -377,6 +388,7 @@ public final class DeliveryRules {
             if let collapseKey, let newest = acceptedCollapse[queue][collapseKey], newest > origin {
                 // A newer update with this collapse id already reached the device.
                 queueCounters[queue].apps[laneIndex].superseded += 1
+                noteSuperseded(record, tokenIndex: tokenIndex, now: now)
                 record.remaining -= 1
                 continue
             }
@@ -395,6 +407,7 @@ public final class DeliveryRules {
                         olderRecord.markSuperseded(Int(older & 0xFFFF))
                     } else {
                         queueCounters[queue].apps[laneIndex].superseded += 1
+                        noteSuperseded(record, tokenIndex: tokenIndex, now: now)
                         record.remaining -= 1
                         continue
                     }
@@ -440,6 +453,7 @@ public final class DeliveryRules {
             }
             if record.isSuperseded(tokenIndex) {
                 queueCounters[record.queue].apps[record.lane].superseded += 1
+                noteSuperseded(record, tokenIndex: tokenIndex, now: now)
                 complete(index, now: now)
                 continue
             }
@@ -473,8 +487,10 @@ public final class DeliveryRules {
     /// APNs' answer (or the transport's verdict) for the notification sent with `context`, after
     /// `attempts` counted attempts as the pool reports them. Returns true when the notification
     /// was put first in its lane to be resent at once: the caller should offer that lane slots.
+    /// `uniqueID` is the answer's `apns-unique-id`, when it had one (written to the results stream).
     @discardableResult
-    public func answered(context: UInt64, attempts reported: Int, outcome: DeliveryOutcome, now: Int64) -> Bool {
+    public func answered(context: UInt64, attempts reported: Int, outcome: DeliveryOutcome, now: Int64,
+                         uniqueID: UUIDBits? = nil) -> Bool {
         let index = Int(context >> 16)
         let tokenIndex = Int(context & 0xFFFF)
         guard index < jobs.count, let record = jobs[index], tokenIndex < record.job.tokens.count else { return false }
@@ -491,6 +507,10 @@ public final class DeliveryRules {
         switch outcome {
         case .accepted:
             queueCounters[record.queue].apps[record.lane].accepted += 1
+            if record.receipts {
+                noteResult(record, tokenIndex: tokenIndex, status: ResultEntry.Status.accepted, reason: nil, httpStatus: 200,
+                           uniqueID: uniqueID, attempts: attempts, now: now)
+            }
             queueCounters[record.queue].apps[record.lane].endToEndLatency.record(milliseconds: now.subtractingSaturating(job.enqueuedAt))
             if let collapseID = job.template.collapseID {
                 let key = DeliveryRules.collapseKey(collapseID, token)
@@ -499,8 +519,12 @@ public final class DeliveryRules {
                     acceptedCollapse[record.queue][key] = job.originID
                 }
             }
-        case .deadToken(_, let reason, let timestamp):
+        case .deadToken(let status, let reason, let timestamp):
             queueCounters[record.queue].apps[record.lane].deadTokens += 1
+            if record.receipts {
+                noteResult(record, tokenIndex: tokenIndex, status: ResultEntry.Status.deadToken, reason: reason.rawValue,
+                           httpStatus: status, uniqueID: uniqueID, attempts: attempts, now: now)
+            }
             record.feedback.append(FeedbackEntry.Draft(token: token, topic: job.template.topic, reason: reason.rawValue,
                                                        timestamp: timestamp, job: job.origin))
             record.feedback[record.feedback.count - 1].isChannel = job.template.isBroadcast
@@ -676,6 +700,7 @@ public final class DeliveryRules {
             forgetQueued(record, tokenIndex: tokenIndex, context: context)
             if record.isSuperseded(tokenIndex) {
                 queueCounters[record.queue].apps[record.lane].superseded += 1
+                noteSuperseded(record, tokenIndex: tokenIndex, now: now)
             } else {
                 if park(record, token: record.job.tokens[tokenIndex], attempts: record.attemptsBefore(tokenIndex), delay: delay, now: now) {
                     handedBack += 1
@@ -716,13 +741,15 @@ public final class DeliveryRules {
             record.retryTokens = []
             record.handedBack = 0
         }
-        if record.feedback.isEmpty && record.deadLetters.isEmpty && record.retryTokens.isEmpty {
+        if record.receipts && !record.deadLetters.isEmpty { addDeadLetterResults(record, now: now) }
+        if record.feedback.isEmpty && record.deadLetters.isEmpty && record.retryTokens.isEmpty && record.results.isEmpty {
             // Every token accepted or superseded (the usual job): only the acknowledgement.
             addFinishing(EntryOutcome(entryID: job.entryID), queue: queue)
             return
         }
         var writes: [OutcomeWrite] = []
         for draft in record.feedback { writes.append(.feedback(draft)) }
+        for draft in record.results { writes.append(.result(draft)) }
         // One dead-letter entry per reason, holding the tokens that got it.
         var order: [(reason: String, message: String, status: Int, attempts: Int, tokens: [String])] = []
         for entry in record.deadLetters {
@@ -769,7 +796,9 @@ public final class DeliveryRules {
         let withExtra = extra.isEmpty ? fields : fields + extra.map { ($0.0, Array($0.1.utf8)) }
         let draft = DeadLetter.Draft(fields: withExtra, tokens: nil, reason: reason, message: message, status: 0, attempts: 0,
                                      failedAt: now)
-        addFinishing(EntryOutcome(entryID: id, writes: [.deadLetter(draft)]), queue: queue)
+        var writes: [OutcomeWrite] = [.deadLetter(draft)]
+        appendEntryResults(to: &writes, entryID: id, queue: queue, fields: fields, reason: reason, now: now)
+        addFinishing(EntryOutcome(entryID: id, writes: writes), queue: queue)
     }
 
     // MARK: events: writes

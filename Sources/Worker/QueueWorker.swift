@@ -148,6 +148,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         rules = DeliveryRules(policy: DeliveryPolicy(configuration),
                               apps: lanes.map { ($0.name, $0.defaults) }, queues: streams.map(\.queue), seed: seed.next())
         rules.urgentQueues = streams.map(\.isUrgentLane)
+        rules.resultsByQueue = streams.map { configuration.results.includes($0.queue) }
         for lane in lanes { lane.pool.delegate = self }
     }
 
@@ -921,7 +922,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 "apns_id": "\(request.notification.apnsID ?? "")", "attempts": "\(request.attempts)", "outcome": "\(outcome)",
             ])
         }
-        if rules.answered(context: request.context, attempts: request.attempts, outcome: outcome, now: wallNow()),
+        if rules.answered(context: request.context, attempts: request.attempts, outcome: outcome, now: wallNow(), uniqueID: request.uniqueID),
            let laneIndex = lanes.firstIndex(where: { $0.pool === pool }) {
             pump(laneIndex)
         }
@@ -970,7 +971,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     private func write(_ batch: OutcomeBatch) {
         let channel = channels[batch.queue]
         guard let writer = channel.writer, writer.isReady, channel.groupReady else { return }
-        batch.send(on: writer, keys: channel.keys, maxLength: configuration.deadLetterMaxLength) { [weak self, weak channel] result in
+        batch.send(on: writer, keys: channel.keys, maxLength: configuration.deadLetterMaxLength,
+                   resultsMaxLength: configuration.resultsMaxLength) { [weak self, weak channel] result in
             guard let self, let channel else { return }
             switch result {
             case .success(.array(let replies)):

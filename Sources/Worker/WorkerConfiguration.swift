@@ -43,7 +43,30 @@ public struct WorkerConfiguration: Sendable {
     /// `herald worker`); off, only the bulk streams are read and due retries all go back to them.
     public var urgentLanes = true
 
+    /// Which queues write every notification's outcome to their results stream (`--results`,
+    /// `--results-queues`); jobs with `receipt` get theirs written whatever this says.
+    public var results = ResultsSelection.none
+    /// Results streams are trimmed to about this many entries (`--results-max-length`).
+    public static let defaultResultsMaxLength = 100_000
+    public var resultsMaxLength = WorkerConfiguration.defaultResultsMaxLength
+
     public init(consumer: String) {
         self.consumer = consumer
+    }
+}
+
+/// The queues whose results streams get every outcome: none (only jobs that ask with
+/// `receipt`), all the worker reads, or the named ones.
+public enum ResultsSelection: Sendable, Equatable {
+    case none
+    case all
+    case queues(Set<String>)
+
+    public func includes(_ queue: String) -> Bool {
+        switch self {
+        case .none: false
+        case .all: true
+        case .queues(let names): names.contains(queue)
+        }
     }
 }

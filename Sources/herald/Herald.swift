@@ -15,5 +15,5 @@ struct Herald: ParsableCommand {
             """,
         version: HeraldVersion.description,
         subcommands: [WorkerCommand.self, EnqueueCommand.self, APICommand.self, SendCommand.self, ChannelsCommand.self, StatsCommand.self,
-                      DeadLettersCommand.self, FeedbackCommand.self, MockAPNsCommand.self, LoadGenCommand.self, DemoCommand.self])
+                      DeadLettersCommand.self, FeedbackCommand.self, ResultsCommand.self, MockAPNsCommand.self, LoadGenCommand.self, DemoCommand.self])
 }

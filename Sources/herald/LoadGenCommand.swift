@@ -33,6 +33,7 @@ struct LoadGenCommand: ParsableCommand {
     @Option(help: "HTTP/2 connections per worker loop.") var connections = 4
     @Option(name: .customLong("max-streams"), help: "Concurrent streams per connection (worker and emulator).") var maxStreams = 1000
     @Option(help: "Worker XREADGROUP batch (default: the worker's, 256).") var batch: Int?
+    @Flag(help: "Start the workers with --results: every outcome also goes to the results stream (default: off).") var results = false
     @Option(name: .customLong("latency-ms"), help: "Emulated APNs round trip, ms.") var latencyMilliseconds = 0
     @Option(name: .customLong("error"), help: "Emulator fault STATUS:REASON:RATE, e.g. 503:ServiceUnavailable:0.01 (repeatable).") var errors: [String] = []
     @Option(name: .customLong("goaway-after"), help: "Emulator sends GOAWAY after this many streams per connection (default: never).") var goAwayAfter: Int?
@@ -73,6 +74,7 @@ struct LoadGenCommand: ParsableCommand {
         configuration.connections = connections
         configuration.maxStreams = maxStreams
         configuration.batch = batch
+        configuration.results = results
         configuration.latencyMilliseconds = latencyMilliseconds
         configuration.errors = errors
         configuration.goAwayAfter = goAwayAfter

@@ -91,7 +91,7 @@ struct SendCommand: ParsableCommand {
                     apnsID: notification.apnsID ?? UUIDString.make(high: random.next(), low: random.next()),
                     payload: payload)
                 do {
-                    try item.validate()
+                    try item.validate(bundleID: app.defaults.bundleID)
                 } catch {
                     throw CommandFailure.badJobData("the notification for \(redacted(token)) is invalid (\(error.code)): \(error)")
                 }

@@ -96,6 +96,11 @@ struct StatsCommand: ParsableCommand {
             sections.append("urgent lanes (herald:{QUEUE}:jobs:urgent, read first; retries, dead letters and feedback are the queue's):\n"
                 + QueueToolOutput.table(["QUEUE", "DEPTH", "PENDING", "LAG", "OLDEST PENDING", "CONSUMERS"], urgentRows, indent: "  "))
         }
+        let withResults = stats.filter { $0.results != nil }
+        if !withResults.isEmpty {
+            sections.append(withResults.map { "\($0.keys.queue): \($0.results ?? 0) results in \($0.keys.results) (herald results tail)" }
+                .joined(separator: "\n"))
+        }
         if stats.contains(where: { $0.group?.lagIsExact == false || $0.urgent?.group?.lagIsExact == false }) {
             sections.append("~: Redis cannot count the lag (entries were deleted out of order, or Redis is older than 7.0); estimated as depth - pending.")
         }

@@ -48,6 +48,9 @@ struct WorkerCommand: ParsableCommand {
     @Option(name: .customLong("metrics-port"), help: "Port of /metrics, /healthz and /readyz (env HERALD_METRICS_PORT; default 9464; 0 picks a free port and prints `metrics on PORT`).") var metricsPort: Int?
     @Option(name: .customLong("metrics-host"), help: "Address the metrics server binds (env HERALD_METRICS_HOST; default 0.0.0.0).") var metricsHost: String?
     @Flag(name: .customLong("no-metrics"), help: "Do not serve /metrics, /healthz, /readyz (default: served on --metrics-port).") var noMetrics = false
+    @Flag(help: "Write every notification's outcome to herald:{QUEUE}:results for every queue this worker reads (env HERALD_RESULTS=1; default off: only jobs with receipt=1 get results).") var results = false
+    @Option(name: .customLong("results-queues"), help: "Comma-separated queues whose every outcome goes to their results stream, of those this worker reads (env HERALD_RESULTS=NAME,NAME; default none).") var resultsQueues: String?
+    @Option(name: .customLong("results-max-length"), help: "Results streams are trimmed to about this many entries, 1 to 100000000 (env HERALD_RESULTS_MAX_LENGTH; default 100000).") var resultsMaxLength: Int?
 
     /// A value out of range is a usage error (64) when a flag gave it, and a configuration error
     /// (78) when HERALD_* or the config file did: a restart cannot fix either, and systemd's
@@ -93,6 +96,11 @@ struct WorkerCommand: ParsableCommand {
         guard (1...100_000).contains(base.batch) else { throw outOfRange(flagGiven: batch != nil, "--batch must be 1 to 100000, not \(base.batch)") }
         guard (1...1_000).contains(base.maxAttempts) else { throw outOfRange(flagGiven: maxAttempts != nil, "--max-attempts must be 1 to 1000, not \(base.maxAttempts)") }
         guard (1...1_000_000).contains(base.maxDeliveries) else { throw outOfRange(flagGiven: maxDeliveries != nil, "--max-deliveries must be 1 to 1000000, not \(base.maxDeliveries)") }
+        base.results = try resultsSelection(file: file, queues: queues.map(\.queue))
+        base.resultsMaxLength = try resultsMaxLength ?? intEnvironment("RESULTS_MAX_LENGTH") ?? file?.resultsMaxLength ?? base.resultsMaxLength
+        guard (1...100_000_000).contains(base.resultsMaxLength) else {
+            throw outOfRange(flagGiven: resultsMaxLength != nil, "--results-max-length must be 1 to 100000000, not \(base.resultsMaxLength)")
+        }
 
         // The settings above are checked first, so a value out of range is named before credentials are.
         let apps = try resolveApps(file: file)
@@ -219,6 +227,41 @@ struct ResolvedApp: Sendable {
 }
 
 extension WorkerCommand {
+    /// `--results` / `--results-queues`, else HERALD_RESULTS (`1`, `true`, `0`, `false`, or queue
+    /// names), else the file's `results:` (true, false, or a list of queue names). A named queue
+    /// the worker does not read is a mistake that would silently write nothing: refused.
+    func resultsSelection(file: ConfigFile?, queues: [String]) throws -> ResultsSelection {
+        let selection: ResultsSelection
+        var fromFlag = false
+        if results {
+            selection = .all
+            fromFlag = true
+        } else if let resultsQueues {
+            selection = .queues(Set(resultsQueues.split(separator: ",").map { String($0.drop { $0 == " " }.reversed().drop { $0 == " " }.reversed()) }.filter { !$0.isEmpty }))
+            fromFlag = true
+        } else if let text = environmentValue("RESULTS") {
+            switch text.lowercased() {
+            case "1", "true", "yes", "on", "all": selection = .all
+            case "", "0", "false", "no", "off": selection = .none
+            default: selection = .queues(Set(text.split(separator: ",").map { String($0.drop { $0 == " " }.reversed().drop { $0 == " " }.reversed()) }.filter { !$0.isEmpty }))
+            }
+        } else {
+            switch file?.results {
+            case .enabled(true)?: selection = .all
+            case .enabled(false)?, nil: selection = .none
+            case .queues(let names)?: selection = .queues(Set(names))
+            }
+        }
+        if case .queues(let names) = selection {
+            let unknown = names.subtracting(queues).sorted()
+            if !unknown.isEmpty {
+                throw outOfRange(flagGiven: fromFlag, "results are asked for queues this worker does not read: \(unknown.joined(separator: ", ")) "
+                    + "(it reads \(queues.joined(separator: ", ")); use --results for all of them)")
+            }
+        }
+        return selection
+    }
+
     func resolveApps(file: ConfigFile?) throws -> [ResolvedApp] {
         try Herald.resolveApps(file: file, target: target, credentials: credentials, bundleID: bundleID)
     }

@@ -185,3 +185,82 @@ extension Notification {
         return copy
     }
 }
+
+/// Hostile Live Activity payloads and topics: whatever the bytes, validation answers (a rule or
+/// nil) without crashing, and its answer agrees with a plain reading of the payload.
+@Suite struct LiveActivityHostileTests {
+    let valid = Array(#"{"aps":{"timestamp":1,"event":"start","attributes-type":"A","attributes":{},"content-state":{"x":1},"stale-date":2,"input-push-token":1}}"#.utf8)
+
+    func error(_ bytes: [UInt8]) -> NotificationError? {
+        var notification = makeNotification(pushType: .liveactivity)
+        notification.payload = bytes
+        return validationError(notification)
+    }
+
+    @Test func randomByteFlipsNeverCrashAndNeverPassBrokenJSON() {
+        var generator = SplitMix64(seed: 11)
+        #expect(error(valid) == nil)
+        for _ in 0..<5_000 {
+            var bytes = valid
+            for _ in 0..<(1 + Int(generator.next() % 4)) {
+                bytes[Int(generator.next() % UInt64(bytes.count))] = UInt8(truncatingIfNeeded: generator.next())
+            }
+            let found = error(bytes)
+            let isJSON = bytes.withUnsafeBufferPointer { (try? JSONScanner($0).validate()) != nil }
+            if !isJSON { #expect(found?.code == "payload_not_json") }
+        }
+    }
+
+    @Test func binaryPayloadsAreNotJSON() {
+        var generator = SplitMix64(seed: 12)
+        for _ in 0..<1_000 {
+            let bytes = (0..<(1 + Int(generator.next() % 512))).map { _ in UInt8(truncatingIfNeeded: generator.next()) }
+            let found = error(bytes)
+            #expect(found != nil)
+        }
+    }
+
+    @Test func deeplyNestedContentStatePassesUpToTheDepthLimitAndNoFurther() {
+        func payload(depth: Int) -> [UInt8] {
+            Array((#"{"aps":{"timestamp":1,"event":"update","content-state":"# + String(repeating: #"{"a":"#, count: depth) + "1"
+                + String(repeating: "}", count: depth) + "}}").utf8)
+        }
+        // The root and aps are two levels; content-state's objects the rest.
+        #expect(error(payload(depth: JSONScanner.maximumDepth - 2)) == nil)
+        #expect(error(payload(depth: JSONScanner.maximumDepth - 1))?.code == "payload_not_json")
+        #expect(error(payload(depth: 10_000))?.code == "payload_too_large")
+    }
+
+    @Test func hugeApsIsRefusedBySizeBeforeAnyMemberRule() {
+        let members = (0..<2_000).map { #""k\#($0)":1"# }.joined(separator: ",")
+        #expect(error(Array((#"{"aps":{"# + members + "}}").utf8))?.code == "payload_too_large")
+    }
+
+    @Test func manyDuplicateMembersEndWithTheLastOne() {
+        let repeated = String(repeating: #""relevance-score":"x","#, count: 100)
+        let base = #"{"aps":{"timestamp":1,"event":"update","content-state":{},"#
+        #expect(error(Array((base + repeated + #""relevance-score":1}}"#).utf8)) == nil)
+        #expect(error(Array((base + repeated.dropLast() + "}}").utf8)) == .liveActivityBadRelevanceScore(found: .string))
+    }
+
+    @Test func randomTopicsNeverCrashAndSuffixRulesAgreeWithHasSuffix() {
+        var generator = SplitMix64(seed: 13)
+        let parts = ["com", "example", "voip", "ptt", "push-type", "liveactivity", "widgets", "pushkit", "fileprovider",
+                     "complication", "location-query", "voip-ptt", "controls", "", "."]
+        for _ in 0..<5_000 {
+            let topic = (0..<(1 + Int(generator.next() % 5))).map { _ in parts[Int(generator.next() % UInt64(parts.count))] }
+                .joined(separator: ".")
+            let pushType = PushType.allCases[Int(generator.next() % UInt64(PushType.allCases.count))]
+            let found = Notification.topicPushTypeError(topic: topic, pushType: pushType, bundleID: nil)
+            switch pushType {
+            case .mdm: #expect(found == nil)
+            case .alert, .background:
+                let suffixed = PushType.allCases.contains { !$0.topicSuffix.isEmpty && topic.hasSuffix($0.topicSuffix) && topic != $0.topicSuffix }
+                #expect((found != nil) == suffixed, "\(topic) \(pushType)")
+            default:
+                let fits = topic.hasSuffix(pushType.topicSuffix) && topic.utf8.count > pushType.topicSuffix.utf8.count
+                #expect((found == nil) == fits, "\(topic) \(pushType)")
+            }
+        }
+    }
+}

@@ -26,6 +26,17 @@ let everyNotificationError: [NotificationError] = [
     .liveActivityBadEvent(hint: #""stop""#),
     .liveActivityStartMissingAttributesType,
     .liveActivityStartMissingAttributes,
+    .liveActivityMissingContentState(event: "update"),
+    .liveActivityBadContentState(found: .array),
+    .liveActivityBadDismissalDate(found: .string),
+    .liveActivityBadStaleDate(found: .string),
+    .liveActivityBadRelevanceScore(found: .boolean),
+    .liveActivityBadInputPushToken(hint: "2"),
+    .liveActivityInputPushTokenNotStart(event: "end"),
+    .liveActivityBadInputPushChannel(found: .number),
+    .liveActivityInputPushChannelNotStart(event: "update"),
+    .liveActivityInputPushTokenAndChannel,
+    .topicPushTypeMismatch(topic: "com.example.app", pushType: .voip, suffixOf: nil),
 ]
 
 @Suite struct NotificationErrorTests {
@@ -47,7 +58,7 @@ let everyNotificationError: [NotificationError] = [
     func descriptionIsOneSentence(error: NotificationError) {
         #expect(error.description.hasSuffix("."))
         #expect(!error.description.contains("\n"))
-        #expect(error.description.first?.isUppercase == true || error.description.hasPrefix("aps."))
+        #expect(error.description.first?.isUppercase == true || error.description.hasPrefix("aps.") || error.description.hasPrefix("aps["))
     }
 
     @Test func codesNamedInTheBriefExist() {

@@ -334,7 +334,7 @@ let liveActivityStart =
     }
 
     @Test func endPasses() {
-        #expect(error(#"{"aps":{"timestamp":1700000000,"event":"end","dismissal-date":1700003600}}"#) == nil)
+        #expect(error(#"{"aps":{"timestamp":1700000000,"event":"end","dismissal-date":1700003600,"content-state":{}}}"#) == nil)
     }
 
     @Test func startWithAttributesPasses() {
@@ -342,11 +342,11 @@ let liveActivityStart =
     }
 
     @Test func fractionalTimestampPasses() {
-        #expect(error(#"{"aps":{"timestamp":1700000000.5,"event":"update"}}"#) == nil)
+        #expect(error(#"{"aps":{"timestamp":1700000000.5,"event":"update","content-state":{}}}"#) == nil)
     }
 
     @Test func escapedEventNamePasses() {
-        #expect(error(#"{"aps":{"timestamp":1,"event":"\u0065nd"}}"#) == nil)
+        #expect(error(#"{"aps":{"timestamp":1,"event":"\u0065nd","content-state":{}}}"#) == nil)
     }
 
     @Test func missingApsIsRejected() {
@@ -428,10 +428,176 @@ let liveActivityStart =
     }
 
     @Test func updateNeedsNoAttributes() {
-        #expect(error(#"{"aps":{"timestamp":1,"event":"update"}}"#) == nil)
+        #expect(error(#"{"aps":{"timestamp":1,"event":"update","content-state":{}}}"#) == nil)
     }
 
     @Test func otherPushTypesSkipLiveActivityRules() {
         #expect(validationError(makeNotification(pushType: .widgets, payload: #"{"aps":{"event":"bogus"}}"#)) == nil)
+    }
+}
+
+/// The Live Activity rules after timestamp, event and the start attributes: content-state,
+/// dates, relevance score, and the start-only input-push members.
+@Suite struct LiveActivityMoreRulesTests {
+    func error(_ aps: String) -> NotificationError? {
+        validationError(makeNotification(pushType: .liveactivity, payload: #"{"aps":{"# + aps + "}}"))
+    }
+
+    let start = #""timestamp":1,"event":"start","attributes-type":"A","attributes":{},"content-state":{}"#
+    let update = #""timestamp":1,"event":"update","content-state":{"eta":3}"#
+
+    @Test(arguments: ["start", "update", "end"])
+    func everyEventNeedsContentState(event: String) {
+        let attributes = event == "start" ? #","attributes-type":"A","attributes":{}"# : ""
+        #expect(error(#""timestamp":1,"event":""# + event + "\"" + attributes) == .liveActivityMissingContentState(event: event))
+        #expect(error(#""timestamp":1,"event":""# + event + "\"" + attributes + #","content-state":{}"#) == nil)
+    }
+
+    @Test(arguments: [(#"[]"#, JSONScanner.Value.Kind.array), (#""x""#, .string), ("null", .null), ("1", .number)])
+    func contentStateMustBeAnObject(value: String, kind: JSONScanner.Value.Kind) {
+        #expect(error(#""timestamp":1,"event":"update","content-state":"# + value) == .liveActivityBadContentState(found: kind))
+    }
+
+    @Test func contentStateOutsideApsDoesNotCount() {
+        #expect(validationError(makeNotification(pushType: .liveactivity,
+            payload: #"{"content-state":{},"aps":{"timestamp":1,"event":"update"}}"#)) == .liveActivityMissingContentState(event: "update"))
+    }
+
+    @Test func datesAndScoreMayBeAnyNumber() {
+        #expect(error(update + #","dismissal-date":1700003600,"stale-date":1.5e9,"relevance-score":75.0"#) == nil)
+        #expect(error(update + #","relevance-score":-0.5"#) == nil)
+    }
+
+    @Test func datesMustBeNumbers() {
+        #expect(error(update + #","dismissal-date":"1700003600""#) == .liveActivityBadDismissalDate(found: .string))
+        #expect(error(update + #","stale-date":null"#) == .liveActivityBadStaleDate(found: .null))
+        #expect(error(update + #","stale-date":{}"#) == .liveActivityBadStaleDate(found: .object))
+    }
+
+    @Test func relevanceScoreMustBeANumber() {
+        #expect(error(update + #","relevance-score":"high""#) == .liveActivityBadRelevanceScore(found: .string))
+        #expect(error(update + #","relevance-score":true"#) == .liveActivityBadRelevanceScore(found: .boolean))
+    }
+
+    @Test func inputPushTokenOneOnStartPasses() {
+        #expect(error(start + #","input-push-token":1"#) == nil)
+    }
+
+    @Test(arguments: [("0", "0"), ("2", "2"), ("1.0", "1.0"), ("1e0", "1e0"), ("-1", "-1"), ("true", "true"),
+                      (#""1""#, #""1""#), ("{}", "an object"), ("null", "null")])
+    func inputPushTokenMustBeTheNumberOne(value: String, hint: String) {
+        #expect(error(start + #","input-push-token":"# + value) == .liveActivityBadInputPushToken(hint: hint))
+    }
+
+    @Test(arguments: ["update", "end"])
+    func inputPushMembersAreForStartOnly(event: String) {
+        let base = #""timestamp":1,"event":""# + event + #"","content-state":{}"#
+        #expect(error(base + #","input-push-token":1"#) == .liveActivityInputPushTokenNotStart(event: event))
+        #expect(error(base + #","input-push-channel":"dHJhY2s=""#) == .liveActivityInputPushChannelNotStart(event: event))
+    }
+
+    @Test func inputPushChannelOnStartPasses() {
+        #expect(error(start + #","input-push-channel":"dHJhY2tpbmc=""#) == nil)
+    }
+
+    @Test func inputPushChannelMustBeANonEmptyString() {
+        #expect(error(start + #","input-push-channel":"""#) == .liveActivityBadInputPushChannel(found: .string))
+        #expect(error(start + #","input-push-channel":5"#) == .liveActivityBadInputPushChannel(found: .number))
+    }
+
+    @Test func tokenAndChannelTogetherAreRefused() {
+        #expect(error(start + #","input-push-token":1,"input-push-channel":"abc""#) == .liveActivityInputPushTokenAndChannel)
+    }
+
+    @Test func duplicateMembersTakeTheLast() {
+        #expect(error(update + #","stale-date":"x","stale-date":2"#) == nil)
+        #expect(error(update + #","stale-date":2,"stale-date":"x""#) == .liveActivityBadStaleDate(found: .string))
+        #expect(error(#""timestamp":1,"event":"update","content-state":{},"content-state":[]"#) == .liveActivityBadContentState(found: .array))
+    }
+
+    @Test func escapedMemberNamesCount() {
+        #expect(error(update + #","st\u0061le-date":"x""#) == .liveActivityBadStaleDate(found: .string))
+    }
+
+    @Test func everyNewRuleHasItsOwnCode() {
+        let errors: [NotificationError] = [
+            .liveActivityMissingContentState(event: "end"), .liveActivityBadContentState(found: .array),
+            .liveActivityBadDismissalDate(found: .string), .liveActivityBadStaleDate(found: .string),
+            .liveActivityBadRelevanceScore(found: .string), .liveActivityBadInputPushToken(hint: "2"),
+            .liveActivityInputPushTokenNotStart(event: "end"), .liveActivityBadInputPushChannel(found: .number),
+            .liveActivityInputPushChannelNotStart(event: "update"), .liveActivityInputPushTokenAndChannel,
+            .topicPushTypeMismatch(topic: "a.voip", pushType: .alert, suffixOf: .voip),
+        ]
+        #expect(Set(errors.map(\.code)).count == errors.count)
+        for error in errors {
+            #expect(error.code.allSatisfy { $0.isLowercase || $0 == "_" })
+            #expect(error.description.hasSuffix(".") && !error.description.isEmpty)
+        }
+    }
+}
+
+/// A topic carries its push type's suffix; an alert or background topic carries none.
+@Suite struct TopicPushTypeTests {
+    func error(_ topic: String, _ pushType: PushType, bundleID: String? = nil) -> NotificationError? {
+        let payload = pushType == .liveactivity ? liveActivityUpdate : #"{"aps":{}}"#
+        var notification = makeNotification(pushType: pushType, payload: payload)
+        notification.topic = topic
+        do {
+            try notification.validate(bundleID: bundleID)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    @Test(arguments: PushType.allCases)
+    func theDefaultTopicPasses(pushType: PushType) {
+        #expect(error(pushType.topic(bundleID: "com.example.app"), pushType) == nil)
+        #expect(error(pushType.topic(bundleID: "com.example.app"), pushType, bundleID: "com.example.app") == nil)
+    }
+
+    @Test(arguments: PushType.allCases.filter { !$0.topicSuffix.isEmpty })
+    func aSuffixedPushTypeNeedsItsSuffix(pushType: PushType) {
+        let found = error("com.example.app", pushType)
+        #expect(found == .topicPushTypeMismatch(topic: "com.example.app", pushType: pushType, suffixOf: nil))
+        #expect(found?.code == "topic_push_type_mismatch")
+        #expect(found?.description.contains(pushType.topicSuffix) == true)
+        // The bare suffix is no topic: there is no bundle id before it.
+        #expect(error(pushType.topicSuffix, pushType) != nil)
+    }
+
+    @Test func anotherTypesSuffixIsAMismatch() {
+        #expect(error("com.example.app.voip", .liveactivity)
+            == .topicPushTypeMismatch(topic: "com.example.app.voip", pushType: .liveactivity, suffixOf: .voip))
+        #expect(error("com.example.app.voip", .pushtotalk)
+            == .topicPushTypeMismatch(topic: "com.example.app.voip", pushType: .pushtotalk, suffixOf: .voip))
+        #expect(error("com.example.app.voip-ptt", .voip)
+            == .topicPushTypeMismatch(topic: "com.example.app.voip-ptt", pushType: .voip, suffixOf: .pushtotalk))
+    }
+
+    @Test(arguments: PushType.allCases.filter { !$0.topicSuffix.isEmpty }, [PushType.alert, .background])
+    func anAlertOrBackgroundTopicWithASuffixIsAMismatch(suffixed: PushType, pushType: PushType) {
+        let topic = suffixed.topic(bundleID: "com.example.app")
+        let found = error(topic, pushType)
+        #expect(found == .topicPushTypeMismatch(topic: topic, pushType: pushType, suffixOf: suffixed))
+        #expect(found?.description.contains("bare bundle id") == true)
+    }
+
+    @Test func aBundleIDThatEndsLikeASuffixIsLegitimateWhenItIsTheApps() {
+        #expect(error("com.example.voip", .alert, bundleID: "com.example.voip") == nil)
+        #expect(error("com.example.voip.voip", .voip, bundleID: "com.example.voip") == nil)
+        // Another topic that ends like a suffix is still refused.
+        #expect(error("com.other.voip", .alert, bundleID: "com.example.voip") != nil)
+    }
+
+    @Test func bundleIDsThatMerelyContainASuffixWordPass() {
+        #expect(error("com.example.voipapp", .alert) == nil)
+        #expect(error("com.example.complications", .alert) == nil)
+        #expect(error("com.voip.app", .background) == nil)
+    }
+
+    @Test func mdmTakesAnyTopic() {
+        #expect(error("com.apple.mgmt.External.2f1e0b4a-1d2c-4e5f-8a9b-0c1d2e3f4a5b", .mdm) == nil)
+        #expect(error("x.voip", .mdm) == nil)
     }
 }

@@ -32,6 +32,20 @@ struct DeliveryRulesProperties {
         }
     }
 
+    /// The same with receipts on: every notification that ends has exactly one result, with the
+    /// status of its real outcome; one put in the retry set has none until its retry ends.
+    @Test
+    func receiptsMirrorEveryOutcomeExactlyOnce() async {
+        await propertyCheck(count: 200, input: Gen.int(in: 1...5), Gen.int(in: 0...3), Gen.int(in: 1...4),
+                            Gen.uint64().array(of: 1...400)) { maxAttempts, immediateRetries, maxDeliveries, steps in
+            let world = DeliveryWorld(maxAttempts: maxAttempts, immediateRetries: immediateRetries, maxDeliveries: maxDeliveries,
+                                      seed: steps.first ?? 1, queues: (steps.first ?? 0) % 3 == 0 ? 2 : 1, results: true)
+            for step in steps { world.step(step) }
+            world.settle()
+            #expect(world.violations.isEmpty, "\(world.violations.prefix(3).joined(separator: "\n"))")
+        }
+    }
+
     /// The same with jobs from two or three queues: each outcome in its own queue's batch, held
     /// entries and reconnect replays per queue, collapse ids compared within a queue, apns-ids
     /// derived in the queue's namespace, and every queue's counts balanced.

@@ -68,7 +68,9 @@ final class DeliveryWorld {
     /// How many queues the world's jobs come from (`q0`, `q1`, … when more than one).
     let queues: Int
 
-    init(maxAttempts: Int, immediateRetries: Int, maxDeliveries: Int, seed: UInt64, queues: Int = 1) {
+    /// `results`: every queue writes receipts, and each outcome is checked to carry exactly one
+    /// result per notification that ended (none for those put in the retry set).
+    init(maxAttempts: Int, immediateRetries: Int, maxDeliveries: Int, seed: UInt64, queues: Int = 1, results: Bool = false) {
         self.queues = queues
         var policy = DeliveryPolicy()
         policy.maxAttempts = maxAttempts
@@ -82,6 +84,7 @@ final class DeliveryWorld {
         // With several queues the last is an urgent stream (priority lanes): its tokens jump the
         // others', and every rule above must hold for it all the same.
         if queues > 1 { rules.urgentQueues = (0..<queues).map { $0 == queues - 1 } }
+        if results { rules.resultsByQueue = Array(repeating: true, count: queues) }
     }
 
     private func violation(_ text: String) {
@@ -375,9 +378,15 @@ final class DeliveryWorld {
             violation("an outcome for \(outcome.entryID), which the world never enqueued")
             return
         }
+        let results = outcome.writes.compactMap { if case .result(let draft) = $0 { draft } else { nil } }
+        let receipts = entry.queue < rules.resultsByQueue.count && rules.resultsByQueue[entry.queue]
+        if !receipts && !results.isEmpty { violation("\(entry.id) has \(results.count) results with results off") }
         if let reason = entry.wholeReason {
             let letters = outcome.writes.compactMap { if case .deadLetter(let draft) = $0 { draft } else { nil } }
-            if outcome.writes.count != 1 || letters.first?.reason != reason || letters.first?.tokens != nil {
+            if receipts && (results.isEmpty || results.contains { $0.status != "dead_lettered" || $0.reason != reason }) {
+                violation("entry \(entry.id) dead-lettered whole as \(reason) has results \(results)")
+            }
+            if outcome.writes.count - results.count != 1 || letters.first?.reason != reason || letters.first?.tokens != nil {
                 violation("entry \(entry.id) should be dead-lettered whole as \(reason): \(outcome.writes)")
             }
             return
@@ -411,6 +420,9 @@ final class DeliveryWorld {
                    expiration * 1000 > now + 3_600_000 {
                     violation("\(entry.id) dead-lettered as expired with apns-expiration \(expiration) an hour away")
                 }
+            case .result:
+                // Receipts mirror the outcomes above (checked by ResultsRulesTests), never one of their own.
+                break
             case .retry(let retry):
                 for token in retry.tokens { record(token, "retry set") }
                 let lane = retry.fields.last { $0.name == JobLane.field }.map { String(decoding: $0.value, as: UTF8.self) }
@@ -441,6 +453,26 @@ final class DeliveryWorld {
                 continue
             }
             superseded += 1
+            seen[token] = "superseded"
+        }
+        if receipts {
+            // One result per notification that ended here, with the status it really had.
+            var resulted: [String: String] = [:]
+            for result in results {
+                if resulted[result.token] != nil { violation("\(entry.id) token \(result.token.suffix(8)) has two results") }
+                resulted[result.token] = result.status
+                if result.job != (entry.fields.first { $0.name == "origin" }.map { String(decoding: $0.value, as: UTF8.self) } ?? entry.id.description) {
+                    violation("result of \(entry.id) names job \(result.job)")
+                }
+            }
+            for (token, what) in seen {
+                let expected: String? = what == "retry set" ? nil : what == "accepted" ? "accepted" : what == "feedback" ? "dead_token"
+                    : what == "superseded" ? "superseded" : "dead_lettered"
+                if resulted[token] != expected {
+                    violation("\(entry.id) token \(token.suffix(8)) ended as \(what) but its result is \(resulted[token] ?? "none")")
+                }
+            }
+            for token in resulted.keys where seen[token] == nil { violation("\(entry.id) has a result for \(token.suffix(8)) without an outcome") }
         }
     }
     private(set) var superseded = 0
