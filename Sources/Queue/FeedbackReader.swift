@@ -11,6 +11,8 @@ public struct FeedbackEntry: Sendable {
         public static let timestamp = "timestamp"
         /// The job entry id the notification came from.
         public static let job = "job"
+        /// With reason `wrong_environment`: the APNs environment that accepted the token.
+        public static let environment = "environment"
     }
 
     public let record: StreamRecord
@@ -23,6 +25,7 @@ public struct FeedbackEntry: Sendable {
     public var reason: String { record.text(Field.reason) ?? "" }
     public var timestamp: Int64? { record.text(Field.timestamp).flatMap { Int64($0) } }
     public var job: String? { record.text(Field.job) }
+    public var environment: String? { record.text(Field.environment) }
 }
 
 extension FeedbackEntry {
@@ -34,6 +37,8 @@ extension FeedbackEntry {
         public var timestamp: Int64?
         /// The entry the backend enqueued (a retried token's entry is one Herald wrote).
         public var job: String
+        /// With reason `wrong_environment`: the environment that accepted the notification.
+        public var environment: String? = nil
 
         public init(token: String, topic: String, reason: String, timestamp: Int64?, job: String) {
             self.token = token
@@ -50,6 +55,7 @@ extension FeedbackEntry {
                                             .text(Field.reason), .text(reason)]
             if let timestamp { command += [.text(Field.timestamp), .integer(timestamp)] }
             command += [.text(Field.job), .text(job)]
+            if let environment { command += [.text(Field.environment), .text(environment)] }
             return command
         }
     }

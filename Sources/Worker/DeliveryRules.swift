@@ -16,6 +16,8 @@ public struct DeliveryPolicy: Sendable {
     public var credentialsRetryMilliseconds: Int64 = 60_000
     /// How long a notification waits after 429 TooManyProviderTokenUpdates.
     public var tokenUpdatesThrottledMilliseconds: Int64 = 60_000
+    /// Device tokens remembered as backed off after 429 TooManyRequests (`--token-backoff-capacity`; 0: off).
+    public var tokenBackoffCapacity = WorkerConfiguration.defaultTokenBackoffCapacity
 
     public init() {}
 
@@ -23,6 +25,7 @@ public struct DeliveryPolicy: Sendable {
         maxAttempts = configuration.maxAttempts
         maxDeliveries = configuration.maxDeliveries
         immediateRetries = configuration.immediateRetries
+        tokenBackoffCapacity = configuration.tokenBackoffCapacity
     }
 }
 
@@ -61,11 +64,14 @@ public final class DeliveryRules {
         queueCounters.count == 1 ? queueCounters[0] : queueCounters.dropFirst().reduce(queueCounters[0], +)
     }
     /// What the rules did, per queue (in the order the queues were given).
-    public private(set) var queueCounters: [WorkerCounters]
+    public internal(set) var queueCounters: [WorkerCounters]
     public private(set) var draining = false
 
-    private var lanes: [Lane]
+    var lanes: [Lane]
     private let laneByName: [String: Int]
+    /// An app with both APNs environments: its production lane's index → its sandbox lane's
+    /// (a lane no job names; it only takes what production called a bad device token).
+    let sandboxLanes: [Int: Int]
     /// Each app's job defaults per queue (`[queue][lane]`): the apns-id namespace is the queue's name.
     private let defaultsByQueue: [[JobDefaults]]
     private var jobs: [JobRecord?] = []
@@ -85,7 +91,10 @@ public final class DeliveryRules {
     private var nextBatchQueue = 0
     public private(set) var unconfirmed: [OutcomeBatch] = []
     private var nextBatchSequence: UInt64 = 1
-    private var random: SplitMix64
+    var random: SplitMix64
+    /// Device tokens backing off after 429 TooManyRequests: their other notifications wait it out
+    /// in the retry set instead of being sent into another 429 (see `TokenBackoffTable`).
+    public internal(set) var tokenBackoff: TokenBackoffTable
 
     /// An app's queue of tokens waiting for a stream slot, and whether APNs refused its credentials.
     struct Lane {
@@ -150,6 +159,8 @@ public final class DeliveryRules {
         var retryDelay: Int64 = 0
         /// Tokens put back without a counted failure (drain, refused credentials): in `retryTokens`, not retries.
         var handedBack = 0
+        /// Per token, set when it was sent to the app's other APNs environment; empty until one is.
+        var onOtherEnvironment: [Bool] = []
 
         init(job: Job, lane: Int, queue: Int) {
             self.job = job
@@ -187,8 +198,12 @@ public final class DeliveryRules {
     /// the names of the queues the jobs come from, in the order their indices name them (each
     /// queue's name is the apns-id namespace of its jobs); nil for one queue whose namespace the
     /// apps' defaults already carry.
-    public init(policy: DeliveryPolicy, apps: [(name: String, defaults: JobDefaults)], queues: [String]? = nil, seed: UInt64) {
+    /// `sandboxTwins`: for an app with both APNs environments, its lane → the lane of its sandbox
+    /// pool (named in `apps` too, never by a job).
+    public init(policy: DeliveryPolicy, apps: [(name: String, defaults: JobDefaults)], queues: [String]? = nil, seed: UInt64,
+                sandboxTwins: [Int: Int] = [:]) {
         self.policy = policy
+        sandboxLanes = sandboxTwins
         lanes = apps.map { Lane(name: $0.name, defaults: $0.defaults) }
         if let queues, !queues.isEmpty {
             defaultsByQueue = queues.map { queue in
@@ -208,9 +223,11 @@ public final class DeliveryRules {
         acceptedCollapse = Array(repeating: [:], count: queueCount)
         finishing = Array(repeating: [], count: queueCount)
         var names: [String: Int] = [:]
-        for (index, app) in apps.enumerated() where names[app.name] == nil { names[app.name] = index }
+        let twins = Set(sandboxTwins.values)
+        for (index, app) in apps.enumerated() where names[app.name] == nil && !twins.contains(index) { names[app.name] = index }
         laneByName = names
         random = SplitMix64(seed: seed)
+        tokenBackoff = TokenBackoffTable(capacity: policy.tokenBackoffCapacity)
     }
 
     // MARK: state read by the consumer
@@ -403,6 +420,10 @@ public final class DeliveryRules {
                 complete(index, now: now)
                 continue
             }
+            if !tokenBackoff.isEmpty, deferForTokenBackoff(record, tokenIndex: tokenIndex, now: now) {
+                complete(index, now: now)
+                continue
+            }
             queueCounters[record.queue].notificationsSent += 1
             return NotificationSend(context: context, entryID: job.entryID, notification: job.notification(forToken: token),
                                     attempts: record.attemptsBefore(tokenIndex))
@@ -442,6 +463,7 @@ public final class DeliveryRules {
         }
         switch outcome {
         case .accepted:
+            if !record.onOtherEnvironment.isEmpty { acceptedOnOtherEnvironment(record, tokenIndex: tokenIndex) }
             queueCounters[record.queue].apps[record.lane].accepted += 1
             queueCounters[record.queue].apps[record.lane].endToEndLatency.record(milliseconds: now.subtractingSaturating(job.enqueuedAt))
             if let collapseID = job.template.collapseID {
@@ -452,6 +474,10 @@ public final class DeliveryRules {
                 }
             }
         case .deadToken(_, let reason, let timestamp):
+            if reason == .badDeviceToken, sandboxLanes[record.lane] != nil,
+               tryOtherEnvironment(record, index: index, tokenIndex: tokenIndex, attempts: before, now: now) {
+                return true
+            }
             queueCounters[record.queue].apps[record.lane].deadTokens += 1
             record.feedback.append(FeedbackEntry.Draft(token: token, topic: job.template.topic, reason: reason.rawValue,
                                                        timestamp: timestamp, job: job.origin))
@@ -465,7 +491,7 @@ public final class DeliveryRules {
             }
         case .retryTokenLater(let reason):
             retryLater(record, token: token, attempts: attempts, status: 429, reason: reason?.rawValue ?? "TooManyRequests",
-                       delay: Backoff.tokenRetry.delayMilliseconds(afterFailures: max(1, attempts), using: &random), now: now)
+                       delay: tokenThrottled(token, attempts: attempts, now: now), now: now)
         case .retryOnAnotherConnection(let cause):
             let (status, word) = DeliveryRules.describe(cause)
             if !cause.countsAsAttempt || attempts <= policy.immediateRetries {
@@ -512,14 +538,15 @@ public final class DeliveryRules {
             record.deadLetters.append((token, verdict.reason, verdict.message, status, attempts))
             return false
         }
-        if draining || lanes[record.lane].halted {
+        let lane = sendLane(record, tokenIndex: tokenIndex)
+        if draining || lanes[lane].halted {
             // Nothing more is sent by this worker (or for this app): the retry set, due now.
             retryLater(record, token: token, attempts: attempts, status: status, reason: reason,
-                       delay: lanes[record.lane].halted ? policy.credentialsRetryMilliseconds : 0, now: now)
+                       delay: lanes[lane].halted ? policy.credentialsRetryMilliseconds : 0, now: now)
             return false
         }
         record.setAttempts(tokenIndex, attempts)
-        lanes[record.lane].pushFront(UInt64(index) << 16 | UInt64(tokenIndex))
+        lanes[lane].pushFront(UInt64(index) << 16 | UInt64(tokenIndex))
         return true
     }
 
@@ -568,7 +595,7 @@ public final class DeliveryRules {
     /// A token back to the retry set without a counted failure (no attempt spent), unless its
     /// apns-expiration passes before it would be due.
     @discardableResult
-    private func park(_ record: JobRecord, token: String, attempts: Int, delay: Int64, now: Int64) -> Bool {
+    func park(_ record: JobRecord, token: String, attempts: Int, delay: Int64, now: Int64) -> Bool {
         if let expiration = record.job.template.expiration, DeliveryRules.hasExpired(expiration, by: now.addingSaturating(max(0, delay))) {
             record.deadLetters.append((token, "expired",
                                        "The notification's apns-expiration (\(expiration)) passes before it could be sent again.", 0, attempts))
@@ -581,7 +608,7 @@ public final class DeliveryRules {
         return true
     }
 
-    private func complete(_ index: Int, now: Int64) {
+    func complete(_ index: Int, now: Int64) {
         guard let record = jobs[index] else { return }
         record.remaining -= 1
         if record.remaining <= 0 { finish(index, now: now) }
