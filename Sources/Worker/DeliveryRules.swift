@@ -72,6 +72,8 @@ public final class DeliveryRules {
     /// An app with both APNs environments: its production lane's index → its sandbox lane's
     /// (a lane no job names; it only takes what production called a bad device token).
     let sandboxLanes: [Int: Int]
+    /// Tokens sandbox accepted after production called them bad: sent straight to sandbox.
+    var sandboxTokens = BoundedTokenSet(capacity: DeliveryRules.sandboxTokenCapacity)
     /// Each app's job defaults per queue (`[queue][lane]`): the apns-id namespace is the queue's name.
     private let defaultsByQueue: [[JobDefaults]]
     private var jobs: [JobRecord?] = []
@@ -424,6 +426,7 @@ public final class DeliveryRules {
                 complete(index, now: now)
                 continue
             }
+            if !sandboxTokens.isEmpty, routeToSandbox(record, context: context, lane: laneIndex) { continue }
             queueCounters[record.queue].notificationsSent += 1
             return NotificationSend(context: context, entryID: job.entryID, notification: job.notification(forToken: token),
                                     attempts: record.attemptsBefore(tokenIndex))

@@ -48,8 +48,9 @@ extension IntegrationTests {
         /// plays production, the other sandbox, each answering BadDeviceToken for the other's
         /// tokens. Production tokens are delivered on production; sandbox tokens on sandbox with a
         /// `wrong_environment` feedback entry naming sandbox; tokens of neither are dead
-        /// (BadDeviceToken feedback). /metrics counts the wrong environments, and `herald
-        /// feedback tail` shows the new entries.
+        /// (BadDeviceToken feedback). A second round for the sandbox tokens goes straight to
+        /// sandbox. /metrics counts the wrong environments, and `herald feedback tail` shows the
+        /// new entries.
         @Test
         func bothEnvironmentsDeliverATokenWhereItBelongs() async throws {
             try await withOperationsBed { bed in
@@ -103,55 +104,71 @@ extension IntegrationTests {
                 let onProduction = productionTokens + 1, onSandbox = sandboxTokens + 1, dead = neither + 1
 
                 let (worker, http) = try bed.startWorker(["--config", yamlPath])
-                try await waitFor("the worker drains the queue", timeout: .seconds(60), interval: .milliseconds(100)) {
+                func drained(feedback: Int) async throws -> Bool {
                     try worker.requireRunning()
                     let retry = try await bed.client.integer("ZCARD", keys.retry)
-                    return try await bed.drained(keys) && retry == 0
+                    let written = try await bed.length(keys.feedback)
+                    let empty = try await bed.drained(keys)
+                    return empty && retry == 0 && written == feedback
                 }
+                try await waitFor("the worker drains the queue", timeout: .seconds(60), interval: .milliseconds(100)) {
+                    try await drained(feedback: onSandbox + dead)
+                }
+                // A second round for the sandbox tokens, after the first was answered: the worker
+                // remembers the tokens sandbox accepted and sends them there straight away.
+                let again = sandboxTokens
+                _ = try await bed.client.xadd(keys.jobs, count: again) { index in
+                    [("token", WorkerHarness.deviceToken(productionTokens + index, prefix: "5b")), ("payload", WorkerHarness.payload(2_000 + index))]
+                }
+                try await waitFor("the worker drains the second round", timeout: .seconds(60), interval: .milliseconds(100)) {
+                    try await drained(feedback: onSandbox + dead + again)
+                }
+                let wrongEnvironments = onSandbox + again
                 let scrape = try await http.scrape(until: "/metrics shows every notification's outcome", process: worker) { scrape in
-                    scrape.count("herald_notifications_total", ["app": "default", "outcome": "accepted"]) == onProduction + onSandbox
+                    scrape.count("herald_notifications_total", ["app": "default", "outcome": "accepted"]) == onProduction + wrongEnvironments
                         && scrape.count("herald_notifications_total", ["app": "default", "outcome": "dead_token"]) == dead
                 }
-                #expect(scrape.count("herald_wrong_environment_total", ["app": "default", "queue": "default"]) == onSandbox,
+                #expect(scrape.count("herald_wrong_environment_total", ["app": "default", "queue": "default"]) == wrongEnvironments,
                         "\(scrape.series("herald_wrong_environment_total"))")
                 #expect(scrape.count("herald_notifications_total", ["outcome": "retried"]) == 0
                         && scrape.count("herald_notifications_total", ["outcome": "dead_lettered"]) == 0, "\(scrape.series("herald_notifications_total"))")
                 // The sandbox pool's answers are labelled with the app's sandbox lane.
-                #expect(scrape.count("herald_apns_responses_total", ["app": "default/sandbox", "status": "200"]) == onSandbox,
+                #expect(scrape.count("herald_apns_responses_total", ["app": "default/sandbox", "status": "200"]) == wrongEnvironments,
                         "\(scrape.series("herald_apns_responses_total"))")
 
-                // Each emulator delivered its own tokens, once; production refused the others.
+                // Each emulator delivered its own tokens, once; production refused the others, and
+                // was not asked again for the second round.
                 let productionCounts = try await statistics(production)
                 let sandboxCounts = try await statistics(sandbox)
                 #expect(productionCounts.acceptedUnique == onProduction && productionCounts.duplicates == 0, "\(productionCounts)")
-                #expect(sandboxCounts.acceptedUnique == onSandbox && sandboxCounts.duplicates == 0, "\(sandboxCounts)")
+                #expect(sandboxCounts.acceptedUnique == wrongEnvironments && sandboxCounts.duplicates == 0, "\(sandboxCounts)")
                 #expect(productionCounts.rejected == ["BadDeviceToken": onSandbox + dead], "\(productionCounts)")
                 #expect(sandboxCounts.rejected == ["BadDeviceToken": dead], "only tokens of neither reach sandbox and fail: \(sandboxCounts)")
 
-                // The feedback stream: wrong_environment (naming sandbox) for each sandbox token,
-                // BadDeviceToken for each token of neither; nothing dead-lettered.
+                // The feedback stream: wrong_environment (naming sandbox) for each sandbox
+                // notification, BadDeviceToken for each token of neither; nothing dead-lettered.
                 let feedback = try await bed.client.entries(keys.feedback)
                 let wrong = feedback.filter { $0["reason"] == "wrong_environment" }
                 let badToken = feedback.filter { $0["reason"] == "BadDeviceToken" }
-                #expect(feedback.count == onSandbox + dead && wrong.count == onSandbox && badToken.count == dead, "\(feedback)")
+                #expect(feedback.count == wrongEnvironments + dead && wrong.count == wrongEnvironments && badToken.count == dead, "\(feedback)")
                 #expect(wrong.allSatisfy { $0["environment"] == "sandbox" && $0["token"]?.hasPrefix("5b") == true && $0["topic"] == "com.example.herald" },
                         "\(wrong)")
                 #expect(badToken.allSatisfy { $0["environment"] == nil && $0["token"]?.hasPrefix("dd") == true }, "\(badToken)")
                 #expect(try await bed.length(keys.dead) == 0)
                 // Every notification counted once: delivered on one environment, or a dead token.
-                #expect(productionCounts.acceptedUnique + sandboxCounts.acceptedUnique + badToken.count == notifications)
+                #expect(productionCounts.acceptedUnique + sandboxCounts.acceptedUnique + badToken.count == notifications + again)
 
                 // `herald feedback tail` shows the environment.
                 let tail = try bed.start(["feedback", "tail", "--redis", bed.redis.url, "--count", "100", "--json"])
                 #expect(try await tail.waitForExit() == 0, "\(tail.outputTail())")
                 let lines = tail.stdout.split(separator: "\n")
-                #expect(lines.count == onSandbox + dead, "\(tail.stdout)")
-                #expect(lines.filter { $0.contains(#""reason":"wrong_environment""#) && $0.contains(#""environment":"sandbox""#) }.count == onSandbox,
+                #expect(lines.count == wrongEnvironments + dead, "\(tail.stdout)")
+                #expect(lines.filter { $0.contains(#""reason":"wrong_environment""#) && $0.contains(#""environment":"sandbox""#) }.count == wrongEnvironments,
                         "\(tail.stdout)")
                 let text = try bed.start(["feedback", "tail", "--redis", bed.redis.url, "--count", "100"])
                 #expect(try await text.waitForExit() == 0, "\(text.outputTail())")
-                #expect(text.stdout.split(separator: "\n").filter { $0.contains("wrong_environment") && $0.contains("accepted by sandbox") }.count == onSandbox,
-                        "\(text.stdout)")
+                #expect(text.stdout.split(separator: "\n").filter { $0.contains("wrong_environment") && $0.contains("accepted by sandbox") }.count
+                        == wrongEnvironments, "\(text.stdout)")
                 _ = try await worker.terminate()
             }
         }

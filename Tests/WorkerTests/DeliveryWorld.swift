@@ -70,6 +70,8 @@ final class DeliveryWorld {
     let sandbox: Bool
     /// The rules' lanes: the two apps, and `default`'s sandbox lane when `sandbox`.
     let laneCount: Int
+    /// Tokens sandbox accepted after production's BadDeviceToken: they go straight to sandbox.
+    private var sandboxTokens: Set<String> = []
 
     /// How many queues the world's jobs come from (`q0`, `q1`, … when more than one).
     let queues: Int
@@ -241,9 +243,14 @@ final class DeliveryWorld {
             violation("sent \(key) with an apns-id not derived in its queue's namespace \(namespace(entry.queue))")
         }
         var expectedLane = entry.fields.contains { $0.name == "app" && $0.value == Array("second".utf8) } ? 1 : 0
-        // After production's BadDeviceToken, `default`'s notification goes to its sandbox lane (only then).
-        if note.redirected { expectedLane = 2 }
+        // After production's BadDeviceToken, `default`'s notification goes to its sandbox lane
+        // (only then), and straight there for a token sandbox accepted before.
+        if note.redirected || (expectedLane == 0 && lane == 2 && sandboxTokens.contains(token)) { expectedLane = 2 }
         if lane != expectedLane { violation("sent \(key) on lane \(lane), expected lane \(expectedLane) (redirected \(note.redirected))") }
+        if lane == 0, sandboxTokens.contains(token), !halted[2] {
+            violation("sent \(key) to production after sandbox had accepted its token")
+        }
+        if lane == 2 { note.redirected = true }
         note.sends += 1
         notes[key] = note
     }
@@ -299,6 +306,12 @@ final class DeliveryWorld {
             notes[key] = note
         }
         if case .retryTokenLater = outcome { throttledAt[send.notification.deviceToken] = now }
+        if sandbox, lane == 2 {
+            if outcome == .accepted { sandboxTokens.insert(send.notification.deviceToken) }
+            if outcome == ResponseClassifier.classify(status: 400, reason: .badDeviceToken, timestamp: nil) {
+                sandboxTokens.remove(send.notification.deviceToken)
+            }
+        }
         rules.answered(context: send.context, attempts: reported, outcome: outcome, now: now)
     }
 

@@ -73,6 +73,54 @@ struct EnvironmentRulesTests {
     }
 
     @Test
+    func aTokenSandboxAcceptedGoesStraightToSandboxNextTime() throws {
+        let rules = EnvironmentRulesTests.rules()
+        let token = String(repeating: "5b", count: 32)
+        let now = EnvironmentRulesTests.now
+        rules.entriesArrived([EnvironmentRulesTests.entry(1, tokens: [token])], deliveries: nil, now: now)
+        let first = try #require(rules.nextSend(lane: 0, now: now))
+        rules.answered(context: first.context, attempts: 1, outcome: EnvironmentRulesTests.badDeviceToken, now: now)
+        let onSandbox = try #require(rules.nextSend(lane: 1, now: now))
+        rules.answered(context: onSandbox.context, attempts: 1, outcome: .accepted, now: now)
+        _ = EnvironmentRulesTests.writes(rules)
+
+        // The next notification for the token skips production.
+        rules.entriesArrived([EnvironmentRulesTests.entry(2, tokens: [token])], deliveries: nil, now: now)
+        #expect(rules.nextSend(lane: 0, now: now) == nil, "not sent to production again")
+        let straight = try #require(rules.nextSend(lane: 1, now: now))
+        #expect(straight.notification.deviceToken == token && straight.attempts == 0)
+        rules.answered(context: straight.context, attempts: 1, outcome: .accepted, now: now)
+        let feedback = EnvironmentRulesTests.writes(rules).compactMap { if case .feedback(let draft) = $0 { draft } else { nil } }
+        #expect(feedback.map(\.reason) == ["wrong_environment"] && feedback.first?.environment == "sandbox",
+                "the backend's record is still wrong: \(feedback)")
+        #expect(rules.counters.apps[0].accepted == 2 && rules.counters.apps[0].wrongEnvironment == 2)
+
+        // Refused by sandbox later (the token died): a dead token, and production gets the next one again.
+        rules.entriesArrived([EnvironmentRulesTests.entry(3, tokens: [token])], deliveries: nil, now: now)
+        #expect(rules.nextSend(lane: 0, now: now) == nil, "production's lane hands it to sandbox's")
+        let third = try #require(rules.nextSend(lane: 1, now: now))
+        rules.answered(context: third.context, attempts: 1, outcome: EnvironmentRulesTests.badDeviceToken, now: now)
+        let dead = EnvironmentRulesTests.writes(rules).compactMap { if case .feedback(let draft) = $0 { draft } else { nil } }
+        #expect(dead.map(\.reason) == ["BadDeviceToken"])
+        rules.entriesArrived([EnvironmentRulesTests.entry(4, tokens: [token])], deliveries: nil, now: now)
+        #expect(rules.nextSend(lane: 0, now: now) != nil)
+    }
+
+    @Test
+    func theRememberedSandboxTokensAreBounded() {
+        var set = BoundedTokenSet(capacity: 3)
+        for index in 0..<1_000 { set.insert("t\(index)") }
+        #expect(set.count == 3 && set.contains("t999") && set.contains("t997") && !set.contains("t996"))
+        set.remove("t998")
+        set.insert("t998")
+        set.insert("new")
+        #expect(set.count == 3 && !set.contains("t997") && set.contains("t998") && set.contains("new"))
+        var off = BoundedTokenSet(capacity: 0)
+        off.insert("a")
+        #expect(off.isEmpty)
+    }
+
+    @Test
     func noJobNamesTheSandboxLane() {
         let rules = EnvironmentRulesTests.rules()
         rules.entriesArrived([EnvironmentRulesTests.entry(1, tokens: [String(repeating: "a0", count: 32)], app: "default/sandbox")],
