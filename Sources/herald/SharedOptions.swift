@@ -68,12 +68,6 @@ struct APNsTargetOptions: ParsableArguments {
     @Option(name: .customLong("apns-port"), help: "Override the APNs port (env HERALD_APNS_PORT; default 443).")
     var apnsPort: Int?
 
-    @Option(name: .customLong("apns-sandbox-host"), help: "With --environment both: override the sandbox APNs host (env HERALD_APNS_SANDBOX_HOST; default api.sandbox.push.apple.com). --apns-host then names the production host.")
-    var apnsSandboxHost: String?
-
-    @Option(name: .customLong("apns-sandbox-port"), help: "With --environment both: override the sandbox APNs port (env HERALD_APNS_SANDBOX_PORT; default 443).")
-    var apnsSandboxPort: Int?
-
     @Option(name: .customLong("ca-file"), help: "An extra trusted CA certificate (PEM), e.g. the emulator's (env HERALD_CA_FILE; default none: the system's CAs). Verification is always on.")
     var caFile: String?
 
@@ -120,12 +114,14 @@ struct APNsTargetOptions: ParsableArguments {
     }
 
     /// With environment `both`: the sandbox pool beside `production` (same connections, streams,
-    /// CA and timeouts; its own host and port). Nil for one environment.
-    func sandboxPoolConfiguration(production: PoolConfiguration, file: ConfigFile.App? = nil) throws -> PoolConfiguration? {
+    /// CA and timeouts; its own host and port, from `sandbox`'s flags, HERALD_* or the file).
+    /// Nil for one environment.
+    func sandboxPoolConfiguration(production: PoolConfiguration, sandbox: SandboxTargetOptions?,
+                                  file: ConfigFile.App? = nil) throws -> PoolConfiguration? {
         try APNsTargetOptions.sandboxPoolConfiguration(
             environment: environment?.rawValue ?? environmentValue("ENVIRONMENT") ?? file?.environment, production: production,
-            host: apnsSandboxHost ?? environmentValue("APNS_SANDBOX_HOST") ?? file?.apnsSandboxHost,
-            port: try apnsSandboxPort ?? intEnvironment("APNS_SANDBOX_PORT") ?? file?.apnsSandboxPort)
+            host: sandbox?.apnsSandboxHost ?? environmentValue("APNS_SANDBOX_HOST") ?? file?.apnsSandboxHost,
+            port: try sandbox?.apnsSandboxPort ?? intEnvironment("APNS_SANDBOX_PORT") ?? file?.apnsSandboxPort)
     }
 
     static func sandboxPoolConfiguration(environment: String?, production: PoolConfiguration, host: String?, port: Int?) throws -> PoolConfiguration? {
@@ -150,6 +146,16 @@ struct APNsTargetOptions: ParsableArguments {
         guard (1...10_000).contains(maxStreams) else { throw ValidationError("max streams must be 1 to 10000, not \(maxStreams)") }
         return PoolConfiguration(host: host, port: port ?? 443, connections: connections, maxStreams: maxStreams, caFile: caFile)
     }
+}
+
+/// The sandbox host of an app with both environments (`--environment both`): the worker's only,
+/// since `herald send` sends to production alone.
+struct SandboxTargetOptions: ParsableArguments {
+    @Option(name: .customLong("apns-sandbox-host"), help: "With --environment both: override the sandbox APNs host (env HERALD_APNS_SANDBOX_HOST; default api.sandbox.push.apple.com). --apns-host then names the production host.")
+    var apnsSandboxHost: String?
+
+    @Option(name: .customLong("apns-sandbox-port"), help: "With --environment both: override the sandbox APNs port (env HERALD_APNS_SANDBOX_PORT; default 443).")
+    var apnsSandboxPort: Int?
 }
 
 /// The provider-token credentials of one app.

@@ -30,6 +30,7 @@ struct WorkerCommand: ParsableCommand {
 
     @OptionGroup(title: "Redis") var queueOptions: QueueOptions
     @OptionGroup(title: "APNs") var target: APNsTargetOptions
+    @OptionGroup(title: "APNs") var sandboxTarget: SandboxTargetOptions
     @OptionGroup(title: "Provider-token credentials") var credentials: CredentialsOptions
 
     @Option(name: .customLong("bundle-id"), help: "The app's bundle id: jobs without a topic use it plus the push type's suffix (env HERALD_BUNDLE_ID; default none: jobs must carry a topic).")
@@ -239,14 +240,16 @@ struct ResolvedApp: Sendable {
 
 extension WorkerCommand {
     func resolveApps(file: ConfigFile?) throws -> [ResolvedApp] {
-        try Herald.resolveApps(file: file, target: target, credentials: credentials, bundleID: bundleID)
+        try Herald.resolveApps(file: file, target: target, sandbox: sandboxTarget, credentials: credentials, bundleID: bundleID)
     }
 }
 
 extension Herald {
     /// The apps a worker (or `herald send --app`) serves: `default` from flags and HERALD_* (over
     /// the file's `default`), and every other app of the config file.
-    static func resolveApps(file: ConfigFile?, target: APNsTargetOptions, credentials: CredentialsOptions, bundleID: String?) throws -> [ResolvedApp] {
+    /// `sandbox`: the worker's sandbox host flags (nil for `herald send`, which sends to production only).
+    static func resolveApps(file: ConfigFile?, target: APNsTargetOptions, sandbox: SandboxTargetOptions? = nil,
+                            credentials: CredentialsOptions, bundleID: String?) throws -> [ResolvedApp] {
         var result: [ResolvedApp] = []
         let fileApps = file?.apps ?? [:]
         let names = Set(fileApps.keys).union(fileApps.isEmpty || credentials.anyGiven ? [WorkerApp.defaultName] : [])
@@ -269,7 +272,7 @@ extension Herald {
             pool.responseTimeoutMilliseconds = try target.responseTimeoutMilliseconds()
             pool.pingIntervalMilliseconds = try target.pingIntervalMilliseconds()
             let sandboxPool = isDefault
-                ? try target.sandboxPoolConfiguration(production: pool, file: fileApp)
+                ? try target.sandboxPoolConfiguration(production: pool, sandbox: sandbox, file: fileApp)
                 : try APNsTargetOptions.sandboxPoolConfiguration(environment: fileApp?.environment, production: pool,
                                                                  host: fileApp?.apnsSandboxHost, port: fileApp?.apnsSandboxPort)
             let bundle = isDefault ? (bundleID ?? environmentValue("BUNDLE_ID") ?? fileApp?.bundleID) : fileApp?.bundleID
