@@ -50,9 +50,10 @@ extension IntegrationTests {
         /// `wrong_environment` feedback entry naming sandbox; tokens of neither are dead
         /// (BadDeviceToken feedback). A second round for the sandbox tokens goes straight to
         /// sandbox. /metrics counts the wrong environments, and `herald feedback tail` shows the
-        /// new entries.
-        @Test
-        func bothEnvironmentsDeliverATokenWhereItBelongs() async throws {
+        /// new entries. Configured by the file, and again by flags (`--environment both
+        /// --apns-sandbox-host --apns-sandbox-port`).
+        @Test(arguments: [false, true])
+        func bothEnvironmentsDeliverATokenWhereItBelongs(byFlags: Bool) async throws {
             try await withOperationsBed { bed in
                 // Both emulators present a certificate of one private CA, which the worker trusts.
                 try FileManager.default.createDirectory(atPath: bed.directory.path("ca"), withIntermediateDirectories: true)
@@ -103,7 +104,11 @@ extension IntegrationTests {
                 let notifications = single + fanOut.count
                 let onProduction = productionTokens + 1, onSandbox = sandboxTokens + 1, dead = neither + 1
 
-                let (worker, http) = try bed.startWorker(["--config", yamlPath])
+                let flags = ["--redis", bed.redis.url, "--environment", "both", "--bundle-id", "com.example.herald",
+                             "--apns-host", "127.0.0.1", "--apns-port", String(production.port),
+                             "--apns-sandbox-host", "127.0.0.1", "--apns-sandbox-port", String(sandbox.port), "--ca-file", bundle,
+                             "--team-id", "TEAM000001", "--key-id", "KEY0000001", "--key-file", production.keyPath, "--connections", "2"]
+                let (worker, http) = try bed.startWorker(byFlags ? flags : ["--config", yamlPath])
                 func drained(feedback: Int) async throws -> Bool {
                     try worker.requireRunning()
                     let retry = try await bed.client.integer("ZCARD", keys.retry)
