@@ -19,6 +19,8 @@ let package = Package(
         // For the fuzz package (Tests/Fuzz/Package.swift): the metrics server's request parsing and
         // the config file parser, beyond what HeraldCore holds.
         .library(name: "HeraldObservability", targets: ["Observability"]),
+        // For the benchmarks' end-to-end piece (Benchmarks/): the delivery rules with no I/O.
+        .library(name: "HeraldWorker", targets: ["Worker"]),
         .library(name: "HeraldConfig", targets: ["HeraldConfig"]),
     ],
     // Exact versions: two builds of one commit compile the same code. (Package.resolved stays out of

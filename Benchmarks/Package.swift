@@ -24,7 +24,7 @@ let package = Package(
         // What the benchmarks and the profile driver share: inputs and the in-memory HTTP/2 pair.
         .target(
             name: "BenchmarkFixtures",
-            dependencies: [.product(name: "HeraldCore", package: herald)],
+            dependencies: [.product(name: "HeraldCore", package: herald), .product(name: "HeraldWorker", package: herald)],
             path: "Sources/BenchmarkFixtures"),
         .executableTarget(
             name: "HeraldBenchmarks",
@@ -32,6 +32,7 @@ let package = Package(
                 "BenchmarkFixtures",
                 .product(name: "Benchmark", package: "benchmark"),
                 .product(name: "HeraldCore", package: herald),
+                .product(name: "HeraldWorker", package: herald),
             ],
             path: "Benchmarks/HeraldBenchmarks",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
@@ -40,7 +41,10 @@ let package = Package(
         // hardware counters) and gdb (where an allocation comes from).
         .executableTarget(
             name: "herald-profile",
-            dependencies: ["BenchmarkFixtures", .product(name: "HeraldCore", package: herald)],
+            dependencies: [
+                "BenchmarkFixtures", .product(name: "HeraldCore", package: herald),
+                .product(name: "HeraldWorker", package: herald),
+            ],
             path: "Sources/herald-profile"),
     ],
     swiftLanguageModes: [.v6]

@@ -213,8 +213,10 @@ public struct JSONScanner {
         throw SyntaxError(.unterminatedString, at: start)
     }
 
-    /// The first offset at or after `start` whose 8-byte word may hold a `"`, a `\\`, a byte below
-    /// 0x20 or one above 0x7F (SWAR zero-byte tests; a false alarm only stops the skip early).
+    /// The first offset at or after `start` that may hold a `"`, a `\\`, a byte below 0x20 or one
+    /// above 0x7F (SWAR zero-byte tests). In a word that has one, the lowest flagged byte is exact
+    /// (a borrow only runs upward from a byte that matched), so the skip lands on it: the byte loop
+    /// no longer steps through the plain bytes before each string's closing quote one at a time.
     @inline(__always)
     static func skipPlainASCII(_ bytes: UnsafeBufferPointer<UInt8>, from start: Int) -> Int {
         guard let base = bytes.baseAddress else { return start }
@@ -229,7 +231,13 @@ public struct JSONScanner {
                 | ((backslash &- ones) & ~backslash)
                 | ((word &- ones &* 0x20) & ~word)
                 | word
-            if special & highs != 0 { break }
+            if special & highs != 0 {
+                #if _endian(little)
+                return i + (special & highs).trailingZeroBitCount >> 3
+                #else
+                break
+                #endif
+            }
             i += 8
         }
         return i

@@ -150,8 +150,11 @@ public final class APIServer: Sendable {
             throw APIError.malformed("The query names queue \(DeadLetterText.quoted(fromQuery)) and the body \(DeadLetterText.quoted(fromBody)); name it once.")
         }
         let queue = try Self.checkedQueue(fromQuery ?? parsed.queue ?? configuration.defaultQueue)
-        let keys = QueueKeys(queue: queue)
         let jobs = parsed.jobs
+        // A request is one atomic script on one stream: the urgent lane when every job of it is
+        // urgent (by its `lane`, or alert/voip at priority 10), else the bulk lane.
+        let allUrgent = !jobs.isEmpty && jobs.allSatisfy { JobLane.of(bytes: $0) == .urgent }
+        let keys = allUrgent ? QueueKeys(queue: queue).urgentLane : QueueKeys(queue: queue)
         let idempotency = idempotencyKey.map { key in
             BatchEnqueue.Idempotency(key: BatchEnqueue.key(keys, idempotencyKey: key),
                                      fingerprint: BatchEnqueue.fingerprint(queue: queue, jobs: jobs),

@@ -169,6 +169,9 @@ struct NotificationRequest {
         for (slot, value) in slots.enumerated() {
             if let value { fields.append((EnqueueCheck.producerFields[slot], value)) }
         }
+        if JobLane.of(bytes: fields) == nil {
+            reasons.append(Reason(code: "bad_lane", message: "`lane` must be \"urgent\" or \"bulk\" (or absent: alert and voip at priority 10 are urgent, the rest bulk)."))
+        }
         for problem in EnqueueCheck.problems(fields) {
             reasons.append(Reason(code: problem.code, message: problem.description))
         }

@@ -47,6 +47,12 @@ public struct LoadGenConfiguration: Sendable {
     public var pushTypes: PushTypeMix = PushTypeMix(shares: [(.alert, 1)])
     /// Jobs per second (steady mode); nil enqueues everything first (drain mode).
     public var rate: Double? = nil
+    /// Priority-lane runs (`--backlog`): this many bulk jobs, unstamped (the emulator measures no
+    /// latency for them), are enqueued before the workers start; the measured jobs (`notifications`,
+    /// stamped, paced at `rate`) then arrive while the backlog drains.
+    public var backlog = 0
+    /// The stream the measured jobs go to (`--lane`): the urgent one, or bulk (behind the backlog).
+    public var lane: JobLane = .bulk
     public var bundleID = "com.example.loadgen"
     public var seed: UInt64 = 1
 
@@ -94,6 +100,11 @@ public struct LoadGenConfiguration: Sendable {
         guard (1...64).contains(connections) else { throw LoadGenError("--connections must be 1 to 64") }
         guard (1...10_000).contains(maxStreams) else { throw LoadGenError("--max-streams must be 1 to 10000") }
         if let rate { guard rate > 0 else { throw LoadGenError("--rate must be positive") } }
+        guard backlog >= 0 else { throw LoadGenError("--backlog must be 0 or more") }
+        if backlog > 0 {
+            guard rate != nil else { throw LoadGenError("--backlog needs --rate: the measured jobs arrive paced while the backlog drains") }
+            guard shards == nil, !attachWorkers, fanout == 1 else { throw LoadGenError("--backlog runs one queue, fan-out 1, with the workers loadgen starts") }
+        }
         guard latencyMilliseconds >= 0 else { throw LoadGenError("--latency-ms must be 0 or more") }
         guard timeoutSeconds >= 1 else { throw LoadGenError("--timeout must be at least 1 second") }
         if let shards { guard (1...QueueShards.maxQueues).contains(shards) else { throw LoadGenError("--shards must be 1 to \(QueueShards.maxQueues)") } }

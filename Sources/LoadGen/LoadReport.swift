@@ -29,6 +29,12 @@ public struct LoadReport: Sendable {
     /// the emulator when started here, and loadgen itself): where the rest of the CPU went.
     public var otherCPUSeconds: [(name: String, seconds: Double)] = []
     public var timedOut = false
+    /// Priority-lane runs: the backlog's jobs (within `jobs`), and the rate at which notifications
+    /// other than the measured ones were accepted while the measured jobs were being enqueued.
+    public var backlog = 0
+    public var backlogRatePerSecond: Double? = nil
+    /// Backlog jobs still in the bulk stream when the last measured job was enqueued.
+    public var backlogLeftAtEnd: Int? = nil
     /// Per queue (a run with `--shards`): jobs enqueued to it, notifications, and when it was
     /// empty (seconds after the clock started; nil if it never was before the end).
     public var queues: [QueueRow] = []
@@ -96,6 +102,12 @@ public struct LoadReport: Sendable {
             lines.append("    p50 \(ms(latency.p50))  p90 \(ms(latency.p90))  p99 \(ms(latency.p99))  p99.9 \(ms(latency.p999))  max \(ms(latency.max))")
         } else {
             lines.append("  latency                not measured (the emulator was not started with --measure-latency)")
+        }
+        if backlog > 0 {
+            lines.append("  backlog                \(g(backlog)) bulk jobs enqueued before the workers started (not in the latency)")
+            if let rate = backlogRatePerSecond {
+                lines.append("  backlog drain          \(g(Int(rate.rounded()))) notifications/s while the measured jobs arrived; \(g(backlogLeftAtEnd ?? 0)) left in the bulk stream after the last")
+            }
         }
         if let behind = producerMaxBehindMilliseconds {
             lines.append("  producer behind        \(PercentText.trimmed(behind, digits: 1)) ms at most (included in the latency)")

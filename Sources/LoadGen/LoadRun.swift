@@ -105,6 +105,25 @@ public final class LoadRun {
         var clockStart: Int64 = 0
         var enqueueStart: Int64 = 0
         var enqueueEnd: Int64? = nil
+        var backlogBox: ProducerBox? = nil
+        if c.backlog > 0 {
+            // The backlog: unstamped bulk jobs, all in place before the workers start.
+            log?("  enqueueing a backlog of \(PercentText.grouped(c.backlog)) bulk jobs …")
+            let box = ProducerBox(factory: JobFactory(configuration: c))
+            backlogBox = box
+            startProducer(producer, box, endpoint: endpoint, keys: keys, shards: [], backlog: true)
+            while true {
+                let state = producerState(producer, box)
+                if let error = state.error { throw LoadGenError("enqueueing the backlog failed: \(error)") }
+                if state.finished { break }
+                progress?("backlog: enqueued \(PercentText.grouped(state.added)) of \(PercentText.grouped(c.backlog)) jobs")
+                try redis.idle(milliseconds: 200)
+            }
+        }
+        _ = backlogBox
+        var backlogAcceptedAtStart = 0
+        var backlogRate: Double? = nil
+        var backlogLeft: Int? = nil
         if c.isSteady {
             if !c.attachWorkers {
                 metricsAddresses = try startWorkers(executable: executable, redisURL: redisURL, apns: apns)
@@ -112,6 +131,7 @@ public final class LoadRun {
             }
             enqueueStart = EventLoop.monotonicMilliseconds()
             clockStart = enqueueStart
+            if c.backlog > 0 { backlogAcceptedAtStart = emulatorStatistics(apns.stats)?.since(emulatorBaseline).acceptedUnique ?? 0 }
             startProducer(producer, job, endpoint: endpoint, keys: keys, shards: c.shards == nil ? [] : allKeys)
         } else {
             log?("  enqueueing \(PercentText.grouped(c.jobs)) jobs (\(PercentText.grouped(c.notifications)) notifications) …")
@@ -157,7 +177,19 @@ public final class LoadRun {
                 if let error = state.error { throw LoadGenError("enqueueing failed: \(error)") }
                 producerFinished = state.finished
                 producerBehind = state.maxBehindMicros
-                if producerFinished && enqueueEnd == nil { enqueueEnd = now }
+                if producerFinished && enqueueEnd == nil {
+                    enqueueEnd = now
+                    if c.backlog > 0 {
+                        // Everything accepted meanwhile, minus the measured jobs (answered within
+                        // milliseconds when lanes work; any not yet answered make this an underestimate).
+                        let accepted = emulatorStatistics(apns.stats)?.since(emulatorBaseline).acceptedUnique ?? 0
+                        let seconds = Double(max(1, now - enqueueStart)) / 1000
+                        backlogRate = Double(max(0, accepted - backlogAcceptedAtStart - c.jobs)) / seconds
+                        // Not XLEN: acknowledged entries stay in the stream until the worker trims it.
+                        backlogLeft = (try? redis.pipeline([["XLEN", .text(keys.jobs)], ["XINFO", "GROUPS", .text(keys.jobs)]]))
+                            .map { LoadRun.unfinished(depth: $0[0], groups: $0[1], group: keys.group) }
+                    }
+                }
             }
             if now - lastSample >= 200 {
                 sampler.sample()
@@ -166,13 +198,22 @@ public final class LoadRun {
                 try checkWorkersAlive()
             }
             if producerFinished {
-                let replies = try redis.pipeline(allKeys.flatMap { [["XLEN", .text($0.jobs)], ["ZCARD", .text($0.retry)]] })
+                // Both lanes of every queue: the bulk stream (and its retry set) and the urgent stream.
+                let replies = try redis.pipeline(allKeys.flatMap {
+                    [["XLEN", .text($0.jobs)], ["XINFO", "GROUPS", .text($0.jobs)], ["ZCARD", .text($0.retry)],
+                     ["XLEN", .text($0.urgentJobs)], ["XINFO", "GROUPS", .text($0.urgentJobs)]]
+                })
                 let at = EventLoop.monotonicMilliseconds()
-                for index in allKeys.indices where emptyAt[index] == nil
-                    && replies[2 * index].integer == 0 && replies[2 * index + 1].integer == 0 {
-                    emptyAt[index] = at
+                var allEmpty = true
+                for index in allKeys.indices {
+                    let base = 5 * index
+                    let empty = LoadRun.unfinished(depth: replies[base], groups: replies[base + 1], group: allKeys[index].group) == 0
+                        && replies[base + 2].integer == 0
+                        && LoadRun.unfinished(depth: replies[base + 3], groups: replies[base + 4], group: allKeys[index].group) == 0
+                    if empty && emptyAt[index] == nil { emptyAt[index] = at }
+                    allEmpty = allEmpty && empty
                 }
-                if replies.allSatisfy({ $0.integer == 0 }) {
+                if allEmpty {
                     clockEnd = at
                     break
                 }
@@ -203,8 +244,11 @@ public final class LoadRun {
         // Count every outcome; the workers publish their counters once a second, so give the
         // superseded count up to three seconds to catch up.
         var report = LoadReport()
-        report.jobs = c.jobs
-        report.notifications = c.notifications
+        report.jobs = c.jobs + c.backlog
+        report.notifications = c.notifications + c.backlog
+        report.backlog = c.backlog
+        report.backlogRatePerSecond = backlogRate
+        report.backlogLeftAtEnd = backlogLeft
         report.timedOut = timedOut
         report.wallSeconds = Double(clockEnd - clockStart) / 1000
         report.enqueueSeconds = Double((enqueueEnd ?? clockEnd) - enqueueStart) / 1000
@@ -333,6 +377,17 @@ public final class LoadRun {
                 redis.reconnect()
             }
         }
+    }
+
+    /// Entries of a jobs stream not yet finished: undelivered (the group's lag) plus pending. The
+    /// workers trim finished entries only every ~100 ms (`StreamTrim`), so XLEN would end the
+    /// clock up to that late; without the group (no worker read yet) every entry is unfinished.
+    static func unfinished(depth: RedisReply, groups: RedisReply, group: String) -> Int {
+        let depth = Int(depth.integer ?? 0)
+        guard case .array(let list) = groups,
+              let info = list.map(RedisReplyReader.map).first(where: { $0["name"]?.string == group }) else { return depth }
+        let pending = Int(info["pending"]?.integer ?? 0)
+        return QueueLag.of(reported: info["lag"]?.integer, depth: depth, pending: pending).lag + pending
     }
 
     /// Entries ever added to stream `key` (XINFO STREAM's `entries-added`, Redis 7.0+), which
@@ -528,9 +583,13 @@ public final class LoadRun {
     // MARK: the producer
 
     /// With `shards`, each job goes to the shard of its (first) token, as `herald enqueue --shards` does.
-    private func startProducer(_ thread: EventLoopThread, _ box: ProducerBox, endpoint: RedisEndpoint, keys: QueueKeys, shards: [QueueKeys]) {
-        let jobs = configuration.jobs
-        let rate = configuration.rate
+    /// `backlog`: the `--backlog` bulk jobs, unpaced and unstamped (stamp 0: the emulator measures
+    /// no latency for them); otherwise the measured jobs, into `--lane`'s stream.
+    private func startProducer(_ thread: EventLoopThread, _ box: ProducerBox, endpoint: RedisEndpoint, keys: QueueKeys, shards: [QueueKeys],
+                               backlog: Bool = false) {
+        let jobs = backlog ? configuration.backlog : configuration.jobs
+        let rate = backlog ? nil : configuration.rate
+        let lane = backlog ? JobLane.bulk : configuration.lane
         let shardEndpoints = shards.isEmpty ? [] : self.shardEndpoints
         thread.submitAndWait {
             let connection = RedisConnection(loop: thread.loop, endpoint: endpoint)
@@ -545,8 +604,9 @@ public final class LoadRun {
             }
             let factory = box.factory
             let enqueuer = Enqueuer(loop: thread.loop, connection: connection, keys: keys, count: jobs, ratePerSecond: rate) { index, micros in
-                factory.fields(job: index, scheduledMicros: micros)
+                factory.fields(job: index, scheduledMicros: backlog ? 0 : micros)
             }
+            enqueuer.lane = lane
             enqueuer.stopsLoopWhenFinished = false
             enqueuer.shards = shards
             if byNode.count > 1 { enqueuer.shardConnections = shardConnections }

@@ -34,6 +34,8 @@ public final class Enqueuer: RedisConnectionDelegate {
     /// `connection` is ready, and commands sent to the others before they are wait behind their
     /// handshake.
     public var shardConnections: [RedisConnection] = []
+    /// The stream of the queue (or shard) each job goes to: bulk (`jobs`, the default) or urgent.
+    public var lane: JobLane = .bulk
     /// Jobs added per shard (when `shards` is set), in `shards` order.
     public private(set) var addedPerShard: [Int] = []
     public private(set) var error: String?
@@ -133,12 +135,12 @@ public final class Enqueuer: RedisConnectionDelegate {
     private func add(index: Int, scheduledMicros: Int64) {
         sent += 1
         let fields = job(index, scheduledMicros)
-        var stream = keys.jobs
+        var stream = lane.stream(keys)
         var shard = -1
         if !shards.isEmpty {
             if addedPerShard.isEmpty { addedPerShard = Array(repeating: 0, count: shards.count) }
             shard = Enqueuer.shard(of: fields, shards: shards.count)
-            stream = shards[shard].jobs
+            stream = lane.stream(shards[shard])
         }
         let connection = shardConnections.isEmpty ? self.connection : shardConnections[max(0, shard)]
         connection.send(argumentCount: 3 + fields.count * 2, { builder in

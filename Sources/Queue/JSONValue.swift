@@ -108,6 +108,7 @@ extension QueueStats {
                          ("idle_ms", .integer(consumer.idle)), ("inactive_ms", .optional(consumer.inactive))])
             })),
         ]
+        if let urgent { members.append(("urgent", urgent.json(keys: keys))) }
         return .object(members)
     }
 }

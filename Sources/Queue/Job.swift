@@ -25,7 +25,7 @@ public enum JobField {
     public static let idBase = "id_base"
 
     static let known: Set<String> = [token, tokens, payload, topic, pushType, priority, expiration, collapseID, id, app,
-                                     attempts, origin, retryID, enqueuedAt, idBase]
+                                     attempts, origin, retryID, enqueuedAt, idBase, JobLane.field]
     /// Fields Herald writes itself and replaces when it re-queues a job.
     public static let herald: Set<String> = [attempts, origin, retryID, enqueuedAt, idBase]
 }
@@ -75,7 +75,7 @@ public final class Job: Sendable {
     /// Enqueue time of the original job, in ms since the epoch.
     public let enqueuedAt: Int64
     /// Valid device tokens to send to.
-    public let tokens: [String]
+    public let tokens: JobTokens
     /// Tokens that failed validation, with why: dead-lettered, never sent.
     public let invalidTokens: [(token: String, error: NotificationError)]
     /// Everything but the device token and apns-id.
@@ -95,7 +95,7 @@ public final class Job: Sendable {
 
     init(
         entryID: StreamEntryID, fields: [(name: String, value: [UInt8])], originText: String?, originID: StreamEntryID,
-        enqueuedAt: Int64, tokens: [String], invalidTokens: [(token: String, error: NotificationError)],
+        enqueuedAt: Int64, tokens: JobTokens, invalidTokens: [(token: String, error: NotificationError)],
         template: Notification, explicitAPNsID: String?, apnsIDBaseText: String?, apnsIDNamespace: String,
         attempts: Int, unknownFields: Int
     ) {

@@ -65,14 +65,22 @@ public enum JobDecoder {
         }
         var tokenList: [String] = []
         // Tokens are hex; APNs and the feedback stream use lowercase, so fold once here.
-        if let token, !token.isEmpty { tokenList.append(lowercased(token[...])) }
+        // The usual job (`token` only) keeps its token without a list: no array per job.
+        var single: String? = nil
+        if let token, !token.isEmpty {
+            if tokens == nil { single = lowercased(token[...]) } else { tokenList.append(lowercased(token[...])) }
+        }
         if let tokens {
+            // Room for the usual fan-out field (64 hex digits and a comma each) at once, not by doubling.
+            tokenList.reserveCapacity(tokenList.count + tokens.count / 65 + 1)
             for part in tokens.split(separator: 0x2C, omittingEmptySubsequences: true) {
-                let trimmed = part.drop { $0 == 0x20 }.reversed().drop { $0 == 0x20 }.reversed()
-                if !trimmed.isEmpty { tokenList.append(lowercased(trimmed[...])) }
+                // Trimmed by index, so the token stays a contiguous slice: a reversed view made
+                // `String(decoding:)` copy it into a temporary array first (two allocations a token).
+                guard let first = part.firstIndex(where: { $0 != 0x20 }), let last = part.lastIndex(where: { $0 != 0x20 }) else { continue }
+                tokenList.append(lowercased(part[first...last]))
             }
         }
-        if tokenList.isEmpty { return .failure(.missingToken) }
+        if tokenList.isEmpty && single == nil { return .failure(.missingToken) }
         if tokenList.count > defaults.maxTokensPerJob {
             return .failure(.tooManyTokens(count: tokenList.count, limit: defaults.maxTokensPerJob))
         }
@@ -98,13 +106,14 @@ public enum JobDecoder {
             return .failure(.noTopic)
         }
         var template = Notification(
-            deviceToken: tokenList[0], topic: resolvedTopic, pushType: pushType, priority: priority,
+            deviceToken: single ?? tokenList[0], topic: resolvedTopic, pushType: pushType, priority: priority,
             expiration: expiration, collapseID: collapseID.flatMap { $0.isEmpty ? nil : $0 }, apnsID: nil, payload: payload)
-        if tokenList.count == 1 {
+        if single != nil || tokenList.count == 1 {
             // One token (the usual job): validate() checks it with the rest; no second list.
-            template.deviceToken = tokenList[0]
+            let only = single ?? tokenList[0]
+            template.deviceToken = only
             do { try template.validate() } catch { return .failure(.notification(error)) }
-            return .success(makeJob(entryID: entryID, fields: fields, tokens: tokenList, invalid: [], template: template,
+            return .success(makeJob(entryID: entryID, fields: fields, tokens: JobTokens(only), invalid: [], template: template,
                                     id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt, attempts: attempts,
                                     unknown: unknown, defaults: defaults))
         }
@@ -129,13 +138,13 @@ public enum JobDecoder {
         if !checkedTemplate, tokenList.count == 1, let only = invalid.first {
             return .failure(.notification(only.1))
         }
-        return .success(makeJob(entryID: entryID, fields: fields, tokens: valid, invalid: invalid, template: template,
+        return .success(makeJob(entryID: entryID, fields: fields, tokens: JobTokens(valid), invalid: invalid, template: template,
                                 id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt, attempts: attempts,
                                 unknown: unknown, defaults: defaults))
     }
 
     private static func makeJob(
-        entryID: StreamEntryID, fields: [(name: String, value: [UInt8])], tokens: [String],
+        entryID: StreamEntryID, fields: [(name: String, value: [UInt8])], tokens: JobTokens,
         invalid: [(String, NotificationError)], template: Notification, id: String?, idBase: String?,
         origin: String?, originID: StreamEntryID?, enqueuedAt: Int64?, attempts: Int, unknown: Int, defaults: JobDefaults
     ) -> Job {

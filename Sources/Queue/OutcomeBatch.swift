@@ -7,7 +7,8 @@ public enum OutcomeWrite: Sendable {
     case retry(RetryEntry)
 }
 
-/// The writes that end one stream entry; the entry is acknowledged in the same MULTI/EXEC.
+/// The writes that end one stream entry; the entry is acknowledged in the same MULTI/EXEC (or by
+/// a lone XACK when no entry of the batch has a write).
 public struct EntryOutcome: Sendable {
     public var entryID: StreamEntryID
     /// Empty for the usual job (every token accepted or superseded): only the acknowledgement.
@@ -20,8 +21,12 @@ public struct EntryOutcome: Sendable {
 }
 
 /// The entries one loop tick finished, written as one transaction: every outcome write, then
-/// `XACK` and `XDEL` of all the entries, so no entry is acknowledged without its writes and none
-/// of its writes lands without the acknowledgement. `sequence` names the batch until EXEC confirms it.
+/// `XACK` of all the entries, so no entry is acknowledged without its writes and none of its
+/// writes lands without the acknowledgement. A batch without writes (the usual case: every token
+/// accepted) is one `XACK`, atomic on its own, without MULTI/EXEC around it. Finished entries are
+/// not deleted here: the worker trims the stream below what every consumer finished now and then
+/// (`StreamTrim`), which costs Redis far less than an `XDEL` of each. `sequence` names the batch
+/// until Redis confirms it.
 public struct OutcomeBatch: Sendable {
     public let sequence: UInt64
     public let entries: [EntryOutcome]
@@ -35,9 +40,17 @@ public struct OutcomeBatch: Sendable {
         self.queue = queue
     }
 
-    /// Queues `MULTI`, the writes, `XACK`, `XDEL`, `EXEC` on `connection`; `completion` gets EXEC's reply.
+    /// Whether any entry has a write besides its acknowledgement (then the batch needs MULTI/EXEC).
+    public var hasWrites: Bool { entries.contains { !$0.writes.isEmpty } }
+
+    /// Queues `MULTI`, the writes, `XACK`, `EXEC` on `connection` (`completion` gets EXEC's reply,
+    /// an array), or only `XACK` when no entry has a write (`completion` gets its integer reply).
     public func send(on connection: RedisConnection, keys: QueueKeys, maxLength: Int,
                      _ completion: @escaping RedisConnection.Completion) {
+        guard hasWrites else {
+            sendAcknowledgement(on: connection, keys: keys, completion)
+            return
+        }
         connection.send(["MULTI"])
         for entry in entries {
             for write in entry.writes {
@@ -48,14 +61,15 @@ public struct OutcomeBatch: Sendable {
                 }
             }
         }
+        sendAcknowledgement(on: connection, keys: keys, nil)
+        connection.send(["EXEC"], completion)
+    }
+
+    /// `XACK <jobs> <group> <every entry id>`.
+    private func sendAcknowledgement(on connection: RedisConnection, keys: QueueKeys, _ completion: RedisConnection.Completion?) {
         connection.send(argumentCount: 3 + entries.count, { builder in
             builder.add("XACK"); builder.add(keys.jobs); builder.add(keys.group)
             for entry in entries { builder.add(entryMilliseconds: entry.entryID.milliseconds, sequence: entry.entryID.sequence) }
-        })
-        connection.send(argumentCount: 2 + entries.count, { builder in
-            builder.add("XDEL"); builder.add(keys.jobs)
-            for entry in entries { builder.add(entryMilliseconds: entry.entryID.milliseconds, sequence: entry.entryID.sequence) }
-        })
-        connection.send(["EXEC"], completion)
+        }, completion)
     }
 }

@@ -54,6 +54,11 @@ public final class QueueInspector {
             ["ZRANGE", .text(keys.retry), "0", "0", "WITHSCORES"],
             ["XLEN", .text(keys.dead)],
             ["XLEN", .text(keys.feedback)],
+            // The urgent lane's stream (a missing key reads as 0 and no group).
+            ["XLEN", .text(keys.urgentJobs)],
+            ["XINFO", "GROUPS", .text(keys.urgentJobs)],
+            ["XPENDING", .text(keys.urgentJobs), .text(keys.group)],
+            ["XINFO", "CONSUMERS", .text(keys.urgentJobs), .text(keys.group)],
         ]
         let replies = try redis.pipeline(commands)
         let depth = Int(try RedisReplyReader.integer(replies[0], command: "XLEN \(keys.jobs)"))
@@ -67,8 +72,14 @@ public final class QueueInspector {
         let dead = Int(try RedisReplyReader.integer(replies[7], command: "XLEN \(keys.dead)"))
         let feedback = Int(try RedisReplyReader.integer(replies[8], command: "XLEN \(keys.feedback)"))
         let group = try QueueInspector.group(keys: keys, depth: depth, now: now, groups: replies[1], pending: replies[2], consumers: replies[3])
-        return QueueStats(keys: keys, sampledAt: now, depth: depth, group: group, retrySize: retrySize, retryDue: retryDue,
-                          nextRetryAt: nextRetryAt, deadLetters: dead, feedback: feedback)
+        var stats = QueueStats(keys: keys, sampledAt: now, depth: depth, group: group, retrySize: retrySize, retryDue: retryDue,
+                               nextRetryAt: nextRetryAt, deadLetters: dead, feedback: feedback)
+        let urgentDepth = Int(try RedisReplyReader.integer(replies[9], command: "XLEN \(keys.urgentJobs)"))
+        stats.urgent = QueueStats.UrgentLane(
+            depth: urgentDepth,
+            group: try QueueInspector.group(keys: keys.urgentLane, depth: urgentDepth, now: now, groups: replies[10], pending: replies[11],
+                                            consumers: replies[12]))
+        return stats
     }
 
     /// The group's numbers from XINFO GROUPS, XPENDING (summary) and XINFO CONSUMERS; nil when the

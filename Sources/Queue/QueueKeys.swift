@@ -3,8 +3,9 @@
 public struct QueueKeys: Sendable, Equatable {
     public let queue: String
     public let prefix: String
-    /// Stream of jobs; consumer group `group`.
-    public let jobs: String
+    /// Stream of jobs; consumer group `group`. In the keys of a queue's urgent lane
+    /// (`urgentLane`), its urgent stream.
+    public private(set) var jobs: String
     /// Sorted set of jobs waiting for a retry, scored by due time (ms).
     public let retry: String
     /// Stream of jobs that can never be delivered, with the reason.
@@ -27,4 +28,21 @@ public struct QueueKeys: Sendable, Equatable {
         dead = base + ":dead"
         feedback = base + ":feedback"
     }
+
+    /// The queue's urgent lane: a second stream (same hash tag, same consumer group) the worker
+    /// reads before `jobs`, for notifications that must not wait behind a backlog (a login code,
+    /// an incoming call). A plain `XADD` to `jobs` is the bulk lane.
+    public var urgentJobs: String { "\(prefix):{\(queue)}:jobs:urgent" }
+
+    /// These keys with `jobs` naming the urgent stream: what the worker's urgent reader, its
+    /// claims and its acknowledgements use. The retry set, dead letters and feedback stay the
+    /// queue's own (a retry remembers its lane in the member, see `JobLane`).
+    public var urgentLane: QueueKeys {
+        var keys = self
+        keys.jobs = urgentJobs
+        return keys
+    }
+
+    /// Whether `jobs` names the urgent stream.
+    public var isUrgentLane: Bool { jobs == urgentJobs }
 }

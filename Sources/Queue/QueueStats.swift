@@ -2,8 +2,9 @@
 ///
 /// Redis reports a group's `lag` (7.0+) only while it can count it: after an entry was deleted
 /// out of order, or on a stream trimmed past the group, XINFO GROUPS says `lag` is null. Herald
-/// deletes only what it acknowledged, so its jobs stream holds exactly the pending and the
-/// undelivered entries, and `depth - pending` is then a sound estimate. `herald stats` and the
+/// trims only what every group finished (`StreamTrim`), so its jobs stream holds the pending and
+/// the undelivered entries plus finished ones not yet trimmed, and `depth - pending` is then an
+/// estimate that errs high, never low. `herald stats` and the
 /// worker's `herald_queue_lag` gauge both read it from here.
 public enum QueueLag {
     public static func of(reported: Int64?, depth: Int, pending: Int) -> (lag: Int, exact: Bool) {
@@ -17,7 +18,8 @@ public struct QueueStats: Sendable {
     public var keys: QueueKeys
     /// Redis' clock when sampled, ms since the epoch (ages and "due now" are measured against it).
     public var sampledAt: Int64
-    /// Entries in the jobs stream: waiting plus in flight (Herald deletes what it finished).
+    /// Entries in the jobs stream: waiting plus in flight plus finished ones not yet trimmed
+    /// (Herald trims finished entries about every 100 ms, `StreamTrim`).
     public var depth: Int
     /// The consumer group, or nil when no worker has created it yet.
     public var group: Group?
@@ -29,14 +31,29 @@ public struct QueueStats: Sendable {
     /// Entries of the dead-letter and feedback streams.
     public var deadLetters: Int
     public var feedback: Int
+    /// The queue's urgent stream (`QueueKeys.urgentJobs`): its depth and the group's numbers on it.
+    /// Nil when the inspector did not read it.
+    public var urgent: UrgentLane?
+
+    /// The urgent stream's numbers: depth, and the consumer group on it (nil before a worker
+    /// created it there). The retry set, dead letters and feedback are the queue's, shared.
+    public struct UrgentLane: Sendable {
+        public var depth: Int
+        public var group: Group?
+
+        public init(depth: Int, group: Group?) {
+            self.depth = depth
+            self.group = group
+        }
+    }
 
     public struct Group: Sendable {
         public var name: String
         /// Entries delivered to a consumer and not yet acknowledged (XPENDING).
         public var pending: Int
         /// Entries not yet delivered to any consumer: Redis' `lag`, or `depth - pending` when
-        /// Redis cannot tell (`lagIsExact` false); Herald deletes acknowledged entries, so the
-        /// stream holds exactly the pending and the undelivered ones.
+        /// Redis cannot tell (`lagIsExact` false), which errs high by the finished entries not
+        /// yet trimmed.
         public var lag: Int
         public var lagIsExact: Bool
         public var lastDeliveredID: String?

@@ -48,8 +48,14 @@ public struct RetryEntry: Sendable {
     public let dueAt: Int64
 
     /// The retry entry of `tokens` of `job`, with `attempts` spent; `retryID` makes the member unique.
-    public init(job: Job, tokens: [String], attempts: Int, retryID: String, dueAt: Int64) {
+    /// `lane` (a job read from the urgent stream) is written as the `lane` field, so the promote
+    /// script puts the retry back into that lane's stream.
+    public init(job: Job, tokens: [String], attempts: Int, retryID: String, dueAt: Int64, lane: JobLane? = nil) {
         var fields = job.fields.filter { $0.name != JobField.token && $0.name != JobField.tokens && !JobField.herald.contains($0.name) }
+        if let lane {
+            fields.removeAll { $0.name == JobLane.field }
+            fields.append((JobLane.field, Array(lane.rawValue.utf8)))
+        }
         if tokens.count == 1 {
             fields.append((JobField.token, Array(tokens[0].utf8)))
         } else {

@@ -60,7 +60,10 @@ public final class InMemoryAPNsResponder: HTTP2Endpoint {
         defer { nghttp2_session_callbacks_del(callbacks) }
         nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, responderOnFrameRecv)
         var newSession: OpaquePointer? = nil
-        let rc = nghttp2_session_server_new(&newSession, callbacks, Unmanaged.passUnretained(self).toOpaque())
+        // The same per-connection free-list pool as the client's session, so that a benchmark's
+        // malloc count is Herald's client side, not this stand-in for APNs.
+        var mem = pooledAllocator()
+        let rc = nghttp2_session_server_new3(&newSession, callbacks, Unmanaged.passUnretained(self).toOpaque(), nil, &mem)
         guard rc == 0, let newSession else { throw .protocolError("nghttp2_session_server_new failed (\(rc))") }
         session = newSession
         var settings = [

@@ -361,6 +361,18 @@ public final class RedisConnection: IOHandler, TickObserver {
         DecimalDigits.with(value) { output.append(contentsOf: $0) }
     }
 
+    /// For the benchmarks' end-to-end piece: hands `body` the RESP bytes queued on a connection
+    /// that never connected, then forgets them and their completions (none is called), as a
+    /// write would, without a socket.
+    @_spi(Benchmarks)
+    public func takeOutputInMemory(_ body: (UnsafeRawBufferPointer) -> Void) {
+        precondition(fd < 0 && !started, "takeOutputInMemory is for a connection that never connected")
+        output.withUnsafeBytes(body)
+        output.removeAll(keepingCapacity: true)
+        completions.removeAll(keepingCapacity: true)
+        completionHead = 0
+    }
+
     /// Queues one command whose reply is read straight from the tape (see `RawCompletion`).
     public func sendRaw(_ arguments: [String], _ completion: @escaping RawCompletion) {
         beginCommand(count: arguments.count)

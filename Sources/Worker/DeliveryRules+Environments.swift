@@ -27,7 +27,7 @@ extension DeliveryRules {
         if record.onOtherEnvironment.isEmpty { record.onOtherEnvironment = Array(repeating: false, count: record.job.tokens.count) }
         guard !record.onOtherEnvironment[tokenIndex] else { return false }
         record.onOtherEnvironment[tokenIndex] = true
-        lanes[twin].queue.append(context)
+        lanes[twin].append(context, urgent: isUrgent(queue: record.queue))
         return true
     }
 
@@ -60,7 +60,7 @@ extension DeliveryRules {
         }
         record.onOtherEnvironment[tokenIndex] = true
         record.setAttempts(tokenIndex, attempts)
-        lanes[twin].pushFront(UInt64(index) << 16 | UInt64(tokenIndex))
+        lanes[twin].pushFront(UInt64(index) << 16 | UInt64(tokenIndex), urgent: isUrgent(queue: record.queue))
         return true
     }
 

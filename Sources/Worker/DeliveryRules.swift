@@ -66,6 +66,9 @@ public final class DeliveryRules {
     /// What the rules did, per queue (in the order the queues were given).
     public internal(set) var queueCounters: [WorkerCounters]
     public private(set) var draining = false
+    /// Per queue (the rules' indices), whether it is a queue's urgent stream: its tokens wait in
+    /// their app's urgent line and its retries go back to the urgent stream. Empty: none is.
+    public var urgentQueues: [Bool] = []
 
     var lanes: [Lane]
     private let laneByName: [String: Int]
@@ -78,14 +81,17 @@ public final class DeliveryRules {
     private let defaultsByQueue: [[JobDefaults]]
     private var jobs: [JobRecord?] = []
     private var freeJobIndices: [Int] = []
+    /// Records of finished jobs, reused for the next jobs read (one allocation less per job).
+    /// Never more than the table has slots: each stands for one finished job.
+    private var freeRecords: [JobRecord] = []
     /// Per queue, entries taken in and not yet confirmed acknowledged: re-reading the pending
     /// list or a claim must not take them in (and send them) again. Per queue because two streams
     /// may hold the same entry id.
     private var heldEntries: [Set<StreamEntryID>]
     /// Collapse ids are compared within a queue (entry ids order updates only within one stream;
     /// producers that shard by device token keep a token's updates in one queue).
-    private var queuedCollapse: [[String: UInt64]]
-    private var acceptedCollapse: [[String: StreamEntryID]]
+    private var queuedCollapse: [[CollapseKey: UInt64]]
+    private var acceptedCollapse: [[CollapseKey: StreamEntryID]]
     /// Per queue, entries finished since the last batch of that queue.
     private var finishing: [[EntryOutcome]]
     private var finishingCount = 0
@@ -105,10 +111,22 @@ public final class DeliveryRules {
         var queue: [UInt64] = []
         var head = 0
         var halted = false
+        /// Tokens of jobs read from an urgent stream (`JobLane.urgent`): served before `queue`, so
+        /// an urgent job never waits behind the bulk tokens already read.
+        var urgent: [UInt64] = []
+        var urgentHead = 0
+        /// Urgent tokens popped in a row while bulk tokens waited: after `urgentRunLimit` one bulk
+        /// token goes, so a flood of urgent jobs leaves bulk at least a quarter of the sends.
+        var urgentRun = 0
 
-        var queued: Int { queue.count - head }
+        var queued: Int { queue.count - head + urgent.count - urgentHead }
 
         mutating func pop() -> UInt64? {
+            if urgentHead < urgent.count, head >= queue.count || urgentRun < DeliveryRules.urgentRunLimit {
+                urgentRun += 1
+                return popUrgent()
+            }
+            urgentRun = 0
             guard head < queue.count else { return nil }
             head += 1
             let context = queue[head - 1]
@@ -133,7 +151,10 @@ public final class DeliveryRules {
         }
 
         mutating func takeAll() -> ArraySlice<UInt64> {
-            let taken = queue[head...]
+            var taken = urgent[urgentHead...]
+            taken.append(contentsOf: queue[head...])
+            urgent = []
+            urgentHead = 0
             queue = []
             head = 0
             return taken
@@ -141,11 +162,14 @@ public final class DeliveryRules {
     }
 
     /// One job's progress: how many tokens still wait for an outcome, and what the others got.
+    ///
+    /// Recycled (`freeRecords`): a finished job's record holds the next job read, through
+    /// `reuse(job:lane:queue:)`, which must reset every stored property (add new ones there).
     final class JobRecord {
-        let job: Job
-        let lane: Int
+        private(set) var job: Job
+        private(set) var lane: Int
         /// The queue (index) the job was read from: its outcomes are written to that queue's keys.
-        let queue: Int
+        private(set) var queue: Int
         var remaining: Int
         /// Per token, set when a newer job with its collapse id arrived; empty until one does.
         private var superseded: [Bool] = []
@@ -169,6 +193,23 @@ public final class DeliveryRules {
             self.lane = lane
             self.queue = queue
             remaining = job.tokens.count
+        }
+
+        /// This record, whose job finished, as a fresh record of `job`: every property as `init` sets it.
+        func reuse(job: Job, lane: Int, queue: Int) {
+            self.job = job
+            self.lane = lane
+            self.queue = queue
+            remaining = job.tokens.count
+            superseded = []
+            tokenAttempts = []
+            feedback = []
+            deadLetters = []
+            retryTokens = []
+            retryAttempts = 0
+            retryDelay = 0
+            handedBack = 0
+            onOtherEnvironment = []
         }
 
         func isSuperseded(_ tokenIndex: Int) -> Bool {
@@ -315,7 +356,13 @@ public final class DeliveryRules {
     }
 
     private func admit(_ job: Job, lane laneIndex: Int, queue: Int, now: Int64) {
-        let record = JobRecord(job: job, lane: laneIndex, queue: queue)
+        let record: JobRecord
+        if let free = freeRecords.popLast() {
+            free.reuse(job: job, lane: laneIndex, queue: queue)
+            record = free
+        } else {
+            record = JobRecord(job: job, lane: laneIndex, queue: queue)
+        }
         let index: Int
         if let free = freeJobIndices.popLast() {
             index = free
@@ -374,7 +421,7 @@ public final class DeliveryRules {
                 }
                 queuedCollapse[queue][key] = context
             }
-            lanes[laneIndex].queue.append(context)
+            lanes[laneIndex].append(context, urgent: isUrgent(queue: queue))
         }
         if record.remaining <= 0 { finish(index, now: now) }
     }
@@ -386,8 +433,8 @@ public final class DeliveryRules {
 
     /// The key of a collapsible notification: its collapse id and its device token (tokens are
     /// lowercase from `JobDecoder` on, so no folding here).
-    static func collapseKey(_ collapseID: String, _ token: String) -> String {
-        collapseID + "\u{0}" + token
+    static func collapseKey(_ collapseID: String, _ token: String) -> CollapseKey {
+        CollapseKey(collapseID: collapseID, token: token)
     }
 
     // MARK: events: a stream slot is free
@@ -428,6 +475,7 @@ public final class DeliveryRules {
             }
             if !sandboxTokens.isEmpty, routeToSandbox(record, context: context, lane: laneIndex) { continue }
             queueCounters[record.queue].notificationsSent += 1
+            countSend(job.template.effectivePriority, queue: record.queue, lane: record.lane)
             return NotificationSend(context: context, entryID: job.entryID, notification: job.notification(forToken: token),
                                     attempts: record.attemptsBefore(tokenIndex))
         }
@@ -436,9 +484,10 @@ public final class DeliveryRules {
 
     /// The pool had no slot for `send` after all: it goes back first in line.
     public func sendRefused(_ send: NotificationSend, lane laneIndex: Int) {
-        lanes[laneIndex].pushFront(send.context)
-        guard let record = jobRecord(for: send.context) else { return }
+        guard let record = jobRecord(for: send.context) else { lanes[laneIndex].pushFront(send.context); return }
+        lanes[laneIndex].pushFront(send.context, urgent: isUrgent(queue: record.queue))
         queueCounters[record.queue].notificationsSent -= 1
+        countSend(record.job.template.effectivePriority, queue: record.queue, lane: record.lane, by: -1)
         guard let collapseID = record.job.template.collapseID else { return }
         let key = DeliveryRules.collapseKey(collapseID, record.job.tokens[Int(send.context & 0xFFFF)])
         if queuedCollapse[record.queue][key] == nil { queuedCollapse[record.queue][key] = send.context }
@@ -549,7 +598,7 @@ public final class DeliveryRules {
             return false
         }
         record.setAttempts(tokenIndex, attempts)
-        lanes[lane].pushFront(UInt64(index) << 16 | UInt64(tokenIndex))
+        lanes[lane].pushFront(UInt64(index) << 16 | UInt64(tokenIndex), urgent: isUrgent(queue: record.queue))
         return true
     }
 
@@ -681,6 +730,8 @@ public final class DeliveryRules {
         guard let record = jobs[index] else { return }
         jobs[index] = nil
         freeJobIndices.append(index)
+        // Nothing holds a record once it left the table; its writes are built below before reuse.
+        defer { freeRecords.append(record) }
         let queue = record.queue
         queueCounters[queue].jobsFinished += 1
         let job = record.job
@@ -727,7 +778,7 @@ public final class DeliveryRules {
             queueCounters[queue].apps[record.lane].handedBack += record.handedBack
             let retryID = "\(job.entryID)/\(record.retryAttempts)/\(UInt32.random(in: .min ... .max, using: &random))"
             writes.append(.retry(RetryEntry(job: job, tokens: record.retryTokens, attempts: record.retryAttempts, retryID: retryID,
-                                            dueAt: dueAt)))
+                                            dueAt: dueAt, lane: retryLane(queue: queue))))
         }
         addFinishing(EntryOutcome(entryID: job.entryID, writes: writes), queue: queue)
     }

@@ -68,7 +68,19 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             all[index].redisErrors = channels[index].redisErrors
             all[index].consumersRemoved = channels[index].consumersRemoved
         }
-        return all
+        // A queue's urgent lane counts as part of its queue.
+        let queues = configuration.queues.count
+        guard all.count > queues else { return all }
+        for index in queues..<all.count { all[index - queues] = all[index - queues] + all[index] }
+        return Array(all.prefix(queues))
+    }
+
+    /// What this loop did per queue and lane: `[queue][0]` the bulk stream, `[queue][1]` the
+    /// urgent one (absent with `urgentLanes` off).
+    public var laneCounters: [[WorkerCounters]] {
+        let all = rules.queueCounters
+        let queues = configuration.queues.count
+        return (0..<queues).map { index in all.count > queues ? [all[index], all[index + queues]] : [all[index]] }
     }
 
     /// Called once when the worker has stopped (drained, or timed out draining).
@@ -88,8 +100,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     private var wallClock: Int64 = 0
     private var wallClockStampedAt: Int64 = -1
 
-    private enum Phase { case starting, running, draining, stopped }
-    private var phase = Phase.starting
+    enum Phase { case starting, running, draining, stopped }
+    private(set) var phase = Phase.starting
     private var drainTimer: EventLoop.TimerID?
     /// Set when APNs refused every app's credentials: nothing is read.
     public var stoppedSendingReason: String? {
@@ -132,16 +144,21 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         if configuration.queues.count == 1 {
             self.logger[metadataKey: "queue"] = "\(configuration.keys.queue)"
         }
-        channels = configuration.queues.enumerated().map { index, keys in
+        // The bulk streams first (a job's queue index is its queue's position), then, with urgent
+        // lanes, each queue's urgent stream at index `queues.count + position`.
+        let streams = configuration.queues + (configuration.urgentLanes ? configuration.queues.map(\.urgentLane) : [])
+        channels = streams.enumerated().map { index, keys in
             var channelLogger = logger
             channelLogger[metadataKey: "consumer"] = "\(configuration.consumer)"
             channelLogger[metadataKey: "queue"] = "\(keys.queue)"
+            if keys.isUrgentLane { channelLogger[metadataKey: "lane"] = "urgent" }
             return QueueChannel(index: index, keys: keys, logger: channelLogger)
         }
         var seed = SystemRandomNumberGenerator()
         rules = DeliveryRules(policy: DeliveryPolicy(configuration),
-                              apps: lanes.map { ($0.name, $0.defaults) }, queues: configuration.queues.map(\.queue), seed: seed.next(),
+                              apps: lanes.map { ($0.name, $0.defaults) }, queues: streams.map(\.queue), seed: seed.next(),
                               sandboxTwins: sandboxTwins)
+        rules.urgentQueues = streams.map(\.isUrgentLane)
         for lane in lanes { lane.pool.delegate = self }
     }
 
@@ -182,10 +199,11 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         checkDrained()
     }
 
-    private func checkDrained() {
+    func checkDrained() {
         guard phase == .draining else { return }
         if inFlight == 0 && rules.writesSettled {
-            finishStopping()
+            // The last trims first, so a stopped worker leaves no finished entry behind.
+            trimNow { [weak self] in self?.finishStopping() }
         }
     }
 
@@ -210,7 +228,12 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     /// Queues whose Redis connection or consumer group is not ready, or whose reads Redis
     /// refuses (for /readyz's reason).
     public var unreadyQueues: [String] {
-        channels.filter { !$0.isReady }.map(\.keys.queue)
+        channels.filter { !$0.isReady }.map { $0.keys.isUrgentLane ? $0.keys.queue + " (urgent lane)" : $0.keys.queue }
+    }
+
+    /// The index (for `sampleQueue`) of queue `index`'s urgent stream, nil with urgent lanes off.
+    public func urgentStreamIndex(ofQueue index: Int) -> Int? {
+        configuration.urgentLanes ? configuration.queues.count + index : nil
     }
 
     /// Apps whose credentials APNs refused (their pools probe again by themselves).
@@ -446,8 +469,12 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         let failures = channel.failures
         let delay = Backoff.reconnect.delayMilliseconds(afterFailures: failures, using: &random)
         // One clear line when Redis goes away; the retries after it say the same, so they go to debug
-        // (with a reminder every tenth) instead of filling the log every few seconds.
-        if failures == 1 {
+        // (with a reminder every tenth) instead of filling the log every few seconds. A queue's
+        // urgent lane talks to the same Redis as its bulk stream, whose lines already say it: its
+        // own go to trace, so one outage is still one line.
+        if channel.keys.isUrgentLane {
+            channel.logger.trace("Redis connection attempt failed", metadata: ["error": "\(error)", "failures": "\(failures)", "reconnect_ms": "\(delay)"])
+        } else if failures == 1 {
             channel.logger.warning("Redis connection down", metadata: ["error": "\(error)", "reconnect_ms": "\(delay)"])
         } else if failures % 10 == 0 {
             channel.logger.warning("Redis still unreachable", metadata: ["error": "\(error)", "failures": "\(failures)", "reconnect_ms": "\(delay)"])
@@ -488,7 +515,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             }
             channel.groupFailures = 0
             if replayingUnconfirmed {
-                if channel.failures > 0 || channel.redirectsInARow > 0 {
+                if (channel.failures > 0 || channel.redirectsInARow > 0) && !channel.keys.isUrgentLane {
                     channel.logger.info("Redis connection restored", metadata: ["redis": "\(channel.endpoint.map { "\($0)" } ?? "")"])
                 }
                 channel.failures = 0
@@ -577,7 +604,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         RedisSentinelResolver.meansNotWritableMaster(message) || message.hasPrefix("EXECABORT")
     }
 
-    private func handleRedisError(_ message: String, channel: QueueChannel) {
+    func handleRedisError(_ message: String, channel: QueueChannel) {
         // On a cluster a redirect (and READONLY, EXECABORT) re-routes the queue; it is the cluster
         // working as designed (logged at notice), not an error for herald_redis_errors_total.
         if followClusterRedirect(message, channel: channel) { return }
@@ -722,16 +749,50 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             return
         }
         let budget = readBudget()
-        guard budget > 0 else { return }
-        let count = channels.count
+        let queues = configuration.queues.count
+        guard channels.count > queues else {
+            guard budget > 0 else { return }
+            var sharers = 0
+            for channel in channels where channel.canRead && channel.active { sharers += 1 }
+            let first = nextReadQueue
+            nextReadQueue = queues > 1 ? (first + 1) % queues : 0
+            for step in 0..<queues {
+                let channel = channels[(first + step) % queues]
+                guard channel.canRead, !channel.readInFlight else { continue }
+                read(channel, count: readCount(channel, budget: budget, sharers: sharers))
+            }
+            return
+        }
+        readWithLanes(budget: budget)
+    }
+
+    /// `maybeRead` with urgent lanes: the budget is shared among the queues (one share per
+    /// queue whose bulk or urgent stream brought entries last time); within a queue's share the
+    /// urgent stream asks first, for three quarters while it has work, and the bulk stream for the
+    /// rest (all of it while urgent is idle). The urgent read is sent even when the budget is used
+    /// up, as long as fewer than `--read-ahead` urgent tokens wait: its blocking read must be out
+    /// whenever urgent jobs may arrive, and its tokens jump the bulk ones already read anyway.
+    private func readWithLanes(budget: Int) {
+        let queues = configuration.queues.count
         var sharers = 0
-        for channel in channels where channel.canRead && channel.active { sharers += 1 }
+        for index in 0..<queues {
+            let bulk = channels[index], urgent = channels[queues + index]
+            if (bulk.canRead && bulk.active) || (urgent.canRead && urgent.active) { sharers += 1 }
+        }
+        let queueShare = max(1, budget / max(1, sharers))
+        let urgentRoom = configuration.readAhead - rules.queuedUrgentTokens
         let first = nextReadQueue
-        nextReadQueue = count > 1 ? (first + 1) % count : 0
-        for step in 0..<count {
-            let channel = channels[(first + step) % count]
-            guard channel.canRead, !channel.readInFlight else { continue }
-            read(channel, count: readCount(channel, budget: budget, sharers: sharers))
+        nextReadQueue = queues > 1 ? (first + 1) % queues : 0
+        for step in 0..<queues {
+            let bulk = channels[(first + step) % queues], urgent = channels[queues + (first + step) % queues]
+            let urgentBusy = urgent.canRead && urgent.active
+            if urgent.canRead, !urgent.readInFlight, urgentRoom > 0 {
+                let share = budget > 0 ? (bulk.active ? max(1, queueShare * 3 / 4) : queueShare) : urgentRoom
+                read(urgent, count: readCount(urgent, budget: min(share, urgentRoom), sharers: 1))
+            }
+            if budget > 0, bulk.canRead, !bulk.readInFlight {
+                read(bulk, count: readCount(bulk, budget: urgentBusy ? max(1, queueShare - queueShare * 3 / 4) : queueShare, sharers: 1))
+            }
         }
     }
 
@@ -919,8 +980,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     }
 
     /// One MULTI/EXEC per queue and tick: the outcome writes of every entry of that queue finished
-    /// in it, then XACK and XDEL, on that queue's connection and keys. Not confirmed (connection
-    /// lost): the rules keep the batch, written again after the queue reconnects.
+    /// in it, then XACK (a lone XACK when there are no writes), on that queue's connection and
+    /// keys; the stream is trimmed later (`scheduleTrim`). Not confirmed (connection lost): the
+    /// rules keep the batch, written again after the queue reconnects.
     private func write(_ batch: OutcomeBatch) {
         let channel = channels[batch.queue]
         guard let writer = channel.writer, writer.isReady, channel.groupReady else { return }
@@ -929,10 +991,13 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             switch result {
             case .success(.array(let replies)):
                 for reply in replies { if case .error(let message) = reply { self.handleRedisError(message, channel: channel) } }
+                fallthrough
+            case .success(.integer):  // a batch without writes is a lone XACK
                 if channel.pendingReadInFlight {
                     for entry in batch.entries { channel.confirmedDuringPendingRead.insert(entry.entryID) }
                 }
                 self.rules.confirmed(batch.sequence)
+                self.scheduleTrim(channel)
                 if self.phase == .draining { self.checkDrained() }
             case .success(.error(let message)):
                 self.handleRedisError(message, channel: channel)
@@ -950,10 +1015,15 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         retryTimer = loop.schedule(afterMilliseconds: configuration.retryPollMilliseconds) { [weak self] in
             guard let self, self.phase == .running else { return }
             let now = String(self.time.nowMilliseconds())
-            for channel in self.channels {
+            // The bulk channel promotes for both lanes (one retry set per queue): each member goes
+            // back to the stream its `lane` field names.
+            for channel in self.channels where !channel.keys.isUrgentLane {
                 guard let writer = channel.writer, writer.isReady else { continue }
                 let keys = channel.keys
-                writer.send(["EVAL", QueueScripts.promoteDueRetries, "2", keys.retry, keys.jobs, now, "1000"]) { [weak self, weak channel] result in
+                let command = self.configuration.urgentLanes
+                    ? ["EVAL", QueueScripts.promoteDueRetriesByLane, "3", keys.retry, keys.jobs, keys.urgentJobs, now, "1000"]
+                    : ["EVAL", QueueScripts.promoteDueRetries, "2", keys.retry, keys.jobs, now, "1000"]
+                writer.send(command) { [weak self, weak channel] result in
                     if case .success(.error(let message)) = result, let channel { self?.handleRedisError(message, channel: channel) }
                 }
             }
@@ -1096,6 +1166,9 @@ final class QueueChannel {
     var active = true
     /// Bytes per entry of this queue's replies, about: up at once, down slowly.
     var entryBytesEstimate = 512
+    /// The stream's next trim (`QueueWorker.scheduleTrim`), and how many trims are in flight.
+    var trimTimer: EventLoop.TimerID?
+    var trimsInFlight = 0
 
     init(index: Int, keys: QueueKeys, logger: Logger) {
         self.index = index
@@ -1121,6 +1194,8 @@ final class QueueChannel {
         if let reconnectTimer { loop.cancel(reconnectTimer) }
         if let readPause { loop.cancel(readPause) }
         if let groupRetry { loop.cancel(groupRetry) }
+        if let trimTimer { loop.cancel(trimTimer) }
+        trimTimer = nil
         reader?.delegate = nil
         writer?.delegate = nil
         reader?.close()

@@ -43,6 +43,9 @@ public struct WorkerConfiguration: Sendable {
     /// (`--token-backoff-capacity`); the oldest is forgotten when it is full. 0: no token backoff.
     public static let defaultTokenBackoffCapacity = 65_536
     public var tokenBackoffCapacity = WorkerConfiguration.defaultTokenBackoffCapacity
+    /// Each queue's urgent stream (`QueueKeys.urgentJobs`) is read too, before the bulk one (on in
+    /// `herald worker`); off, only the bulk streams are read and due retries all go back to them.
+    public var urgentLanes = true
 
     public init(consumer: String) {
         self.consumer = consumer

@@ -77,6 +77,11 @@ public struct AppOutcomes: Sendable, Equatable {
     /// Of `accepted`, those APNs took only in the app's other environment (`wrong_environment`
     /// feedback); not an outcome of its own.
     public var wrongEnvironment = 0
+    /// Notifications handed to APNs (every attempt) by their effective `apns-priority` (the
+    /// job's, else its push type's default): Apple throttles an app's priority-10 sends.
+    public var sentPriority10 = 0
+    public var sentPriority5 = 0
+    public var sentPriority1 = 0
     /// Enqueue-to-answer latency of the app's accepted notifications.
     public var endToEndLatency = LatencyHistogram()
 
@@ -91,6 +96,9 @@ public struct AppOutcomes: Sendable, Equatable {
         sum.retried += b.retried
         sum.handedBack += b.handedBack
         sum.wrongEnvironment += b.wrongEnvironment
+        sum.sentPriority10 += b.sentPriority10
+        sum.sentPriority5 += b.sentPriority5
+        sum.sentPriority1 += b.sentPriority1
         sum.endToEndLatency.merge(b.endToEndLatency)
         return sum
     }

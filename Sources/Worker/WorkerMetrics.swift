@@ -68,6 +68,8 @@ public final class WorkerMetrics {
         let queued: LoopGauge
         let slotsFree: LoopGauge
         let credentialsRejected: LoopGauge
+        /// `herald_notifications_priority_total{app,priority}` for 10, 5 and 1, in that order.
+        let priority: [CoreMetrics.Counter]
 
         init(app: String, metrics: HeraldMetrics, loops: Int) {
             self.app = app
@@ -88,6 +90,7 @@ public final class WorkerMetrics {
             queued = metrics.loopGauge("herald_notifications_queued", appLabel, loops: loops)
             slotsFree = metrics.loopGauge("herald_stream_slots_free", appLabel, loops: loops)
             credentialsRejected = metrics.loopGauge("herald_credentials_rejected", appLabel, loops: loops, combine: .max)
+            priority = ["10", "5", "1"].map { metrics.counter("herald_notifications_priority_total", appLabel + [("priority", $0)]) }
         }
     }
 
@@ -256,6 +259,12 @@ public final class WorkerMetrics {
             WorkerMetrics.add(outcomes[4], current.superseded - before.superseded)
             WorkerMetrics.add(outcomes[5], current.handedBack - before.handedBack)
             WorkerMetrics.add(series.wrongEnvironment[laneIndex], current.wrongEnvironment - before.wrongEnvironment)
+            if laneIndex < appSeries.count {
+                let priority = appSeries[laneIndex].priority
+                WorkerMetrics.add(priority[0], current.sentPriority10 - before.sentPriority10)
+                WorkerMetrics.add(priority[1], current.sentPriority5 - before.sentPriority5)
+                WorkerMetrics.add(priority[2], current.sentPriority1 - before.sentPriority1)
+            }
             metrics.histograms.add(current.endToEndLatency.subtracting(before.endToEndLatency),
                                    name: "herald_end_to_end_latency_seconds", labels: series.endToEndLabels[laneIndex])
         }
@@ -318,7 +327,22 @@ public final class WorkerMetrics {
     /// Samples every queue, each on its own connection; the first queue's answer sets when the
     /// next sampling is due.
     private func sampleQueues() {
-        for (index, queue) in queues.enumerated() { sampleQueue(index, queue) }
+        for (index, queue) in queues.enumerated() {
+            sampleQueue(index, queue)
+            if let urgent = worker.urgentStreamIndex(ofQueue: index) { sampleUrgentLane(urgent, queue) }
+        }
+    }
+
+    /// The urgent stream's depth, pending entries and lag, under their own names (the bulk
+    /// stream keeps `herald_queue_depth` and the others, which dashboards and alerts already read).
+    private func sampleUrgentLane(_ index: Int, _ queue: String) {
+        worker.sampleQueue(index) { [weak self] sample in
+            guard let self, let sample else { return }
+            let q = [("queue", queue)]
+            self.gauge("herald_urgent_queue_depth", q).record(sample.depth)
+            self.gauge("herald_urgent_queue_pending", q).record(sample.pending)
+            self.gauge("herald_urgent_consumer_lag", q).record(sample.lag)
+        }
     }
 
     private func sampleQueue(_ index: Int, _ queue: String) {

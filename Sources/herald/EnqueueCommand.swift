@@ -16,7 +16,10 @@ struct EnqueueCommand: ParsableCommand {
             entry id (one job) or a count. Exits 69 when Redis cannot be reached. \
             With --shards N each job goes to the shard QUEUE-K where K is the CRC-32 of its lowercase \
             hex device token mod N (as producers compute it, docs/job-format.md); a fan-out job (several \
-            tokens) is split into one job per shard its tokens fall in.
+            tokens) is split into one job per shard its tokens fall in. \
+            Jobs go to the queue's urgent stream (herald:{QUEUE}:jobs:urgent, read first by the worker) \
+            when they are alert or voip notifications at priority 10 (given or left out), else to the bulk \
+            stream (herald:{QUEUE}:jobs); --lane overrides.
             """)
 
     @OptionGroup(title: "Redis") var queueOptions: QueueOptions
@@ -25,6 +28,8 @@ struct EnqueueCommand: ParsableCommand {
     var customFields: [String] = []
     @Option(name: .customLong("distinct-tokens"), help: "With --count and one --token: vary the token's last 8 hex digits so copies go to this many distinct tokens (default: all to the one token).")
     var distinctTokens: Int?
+    @Option(name: .customLong("lane"), help: "The stream to add to: urgent (herald:{QUEUE}:jobs:urgent), bulk (herald:{QUEUE}:jobs) or auto: urgent for alert and voip at priority 10, given or left out (default auto).")
+    var lane: String = "auto"
     @Option(name: .customLong("wait-replicas"), help: "After adding, wait until this many replicas hold the jobs (Redis WAIT), so that a failover cannot lose them; exits 1 when fewer confirm in time, the jobs being added all the same (default 0: do not wait).") var waitReplicas: Int?
     @Option(name: .customLong("wait-timeout"), help: "Milliseconds --wait-replicas waits for the replicas, 1 to 60000 (default 1000).") var waitTimeout: Int?
 
@@ -32,7 +37,7 @@ struct EnqueueCommand: ParsableCommand {
     /// what a dead letter adds.
     static let reservedFieldNames: Set<String> = Set([
         JobField.token, JobField.tokens, JobField.payload, JobField.topic, JobField.pushType, JobField.priority,
-        JobField.expiration, JobField.collapseID, JobField.id, JobField.app,
+        JobField.expiration, JobField.collapseID, JobField.id, JobField.app, JobLane.field,
     ]).union(JobField.herald).union(DeadLetter.droppedOnRequeue)
 
     func validate() throws {
@@ -41,6 +46,14 @@ struct EnqueueCommand: ParsableCommand {
             guard notification.tokens.count == 1 else { throw ValidationError("--distinct-tokens varies one --token; give exactly one") }
         }
         _ = try extraFields()
+        guard lane == "auto" || JobLane(rawValue: lane) != nil else {
+            throw ValidationError("--lane takes urgent, bulk or auto, not \(lane)")
+        }
+    }
+
+    /// The lane the jobs go to: --lane, or by push type and priority.
+    func chosenLane() -> JobLane {
+        JobLane(rawValue: lane) ?? JobLane.route(pushType: notification.pushType.rawValue, priority: notification.priority.map { String($0.rawValue) })
     }
 
     /// The --field pairs, checked.
@@ -130,6 +143,8 @@ struct EnqueueCommand: ParsableCommand {
         } else {
             enqueue = Enqueuer(loop: loop, connection: connection, keys: keys, count: count * jobs.count) { index, _ in jobs[index % jobs.count] }
         }
+        let jobLane = chosenLane()
+        enqueue.lane = jobLane
         if sharded { enqueue.shards = queues }
         if sharded && shardConnections.count > 1 { enqueue.shardConnections = shardConnections }
         connection.delegate = enqueue
@@ -152,7 +167,7 @@ struct EnqueueCommand: ParsableCommand {
         } else if count == 1, let first = enqueue.firstID {
             print(first)
         } else {
-            print("enqueued \(enqueue.added) jobs to \(keys.jobs) in \(formatSeconds(Double(elapsed) / 1000)) s")
+            print("enqueued \(enqueue.added) jobs to \(jobLane.stream(keys)) in \(formatSeconds(Double(elapsed) / 1000)) s")
         }
         if replicas > 0 {
             // WAIT covers the writes of its own connection: on a cluster, one per master written to.

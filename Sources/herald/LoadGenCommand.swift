@@ -26,6 +26,8 @@ struct LoadGenCommand: ParsableCommand {
     @Option(name: .customLong("collapse-ratio"), help: "Share of jobs that reuse the token and collapse id of the job before (0…1).") var collapseRatio = 0.0
     @Option(name: .customLong("push-types"), help: "Push-type mix, e.g. alert=0.9,background=0.1.") var pushTypes = "alert=1"
     @Option(help: "Jobs per second, steady mode (default: none, drain mode).") var rate: Double?
+    @Option(help: "Priority lanes: enqueue this many bulk jobs before the workers start, then the --rate jobs (measured) while they drain; needs --rate (default 0: no backlog).") var backlog = 0
+    @Option(help: "The stream the measured jobs go to: urgent (herald:{QUEUE}:jobs:urgent) or bulk, behind the --backlog (default bulk).") var lane = "bulk"
     @Option(help: "Worker processes to start.") var workers = 1
     @Option(help: "Event loops per worker process.") var threads = 1
     @Option(help: "HTTP/2 connections per worker loop.") var connections = 4
@@ -63,6 +65,9 @@ struct LoadGenCommand: ParsableCommand {
         configuration.collapseRatio = collapseRatio
         do { configuration.pushTypes = try PushTypeMix(parsing: pushTypes) } catch { throw ValidationError(error.description) }
         configuration.rate = rate
+        configuration.backlog = backlog
+        guard let jobLane = JobLane(rawValue: lane) else { throw ValidationError("--lane takes urgent or bulk, not \(lane)") }
+        configuration.lane = jobLane
         configuration.workers = workers
         configuration.threads = threads
         configuration.connections = connections

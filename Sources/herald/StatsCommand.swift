@@ -6,12 +6,14 @@ struct StatsCommand: ParsableCommand {
         commandName: "stats",
         abstract: "Show a queue's depth, pending entries, lag, retries, dead letters, feedback and consumers.",
         discussion: """
-            Per queue: depth (entries in :jobs, waiting or in flight), pending (delivered to a worker, \
+            Per queue: depth (entries in :jobs: waiting, in flight, or finished and not yet trimmed), pending (delivered to a worker, \
             not yet acknowledged), lag (not yet delivered to any worker; "~" when Redis cannot count it \
             and Herald estimates depth - pending), the retry set's size and how many are due now, the \
             :dead and :feedback stream lengths, and each consumer with its pending count and idle time. \
             Read-only. --queues a,b,c or --shards N (with --queue as the base name) show several queues \
-            with a total row; --all-queues finds every queue with SCAN MATCH herald:{*}:jobs.
+            with a total row; --all-queues finds every queue with SCAN MATCH herald:{*}:jobs. A queue \
+            whose urgent lane (:jobs:urgent) exists gets a row in a second table with that stream's depth, \
+            pending entries, lag and consumers; --json adds them as "urgent".
             """)
 
     @OptionGroup var queueOptions: QueueOptions
@@ -82,7 +84,19 @@ struct StatsCommand: ParsableCommand {
             sections.append("consumers of \(queue.keys.queue) (group \(group.name), \(queue.keys.jobs)):\n"
                 + QueueToolOutput.table(["CONSUMER", "PENDING", "IDLE", "INACTIVE"], consumerRows, indent: "  "))
         }
-        if stats.contains(where: { $0.group?.lagIsExact == false }) {
+        // The urgent lanes (herald:{queue}:jobs:urgent) of the queues that have one.
+        let urgentRows = stats.compactMap { queue -> [String]? in
+            guard let urgent = queue.urgent, urgent.depth > 0 || urgent.group != nil else { return nil }
+            let group = urgent.group
+            return [queue.keys.queue, String(urgent.depth), group.map { String($0.pending) } ?? "-",
+                    group.map { ($0.lagIsExact ? "" : "~") + String($0.lag) } ?? "-",
+                    group?.oldestPendingAge.map(HumanTime.duration) ?? "-", group.map { String($0.consumers.count) } ?? "-"]
+        }
+        if !urgentRows.isEmpty {
+            sections.append("urgent lanes (herald:{QUEUE}:jobs:urgent, read first; retries, dead letters and feedback are the queue's):\n"
+                + QueueToolOutput.table(["QUEUE", "DEPTH", "PENDING", "LAG", "OLDEST PENDING", "CONSUMERS"], urgentRows, indent: "  "))
+        }
+        if stats.contains(where: { $0.group?.lagIsExact == false || $0.urgent?.group?.lagIsExact == false }) {
             sections.append("~: Redis cannot count the lag (entries were deleted out of order, or Redis is older than 7.0); estimated as depth - pending.")
         }
         return sections.joined(separator: "\n\n")

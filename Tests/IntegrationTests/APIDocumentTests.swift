@@ -53,6 +53,7 @@ extension IntegrationTests {
                 let none: [(String, String)] = []
                 // A key of the wrong type for each Redis command the routes run: Redis refuses (500).
                 _ = try await bed.client.send(["SET", QueueKeys(queue: "wrong").jobs, "x"])
+                _ = try await bed.client.send(["SET", QueueKeys(queue: "wrong").urgentJobs, "x"])  // the alert's lane
                 _ = try await bed.client.send(["SET", QueueKeys(queue: "wrong").dead, "x"])
                 _ = try await bed.client.send(["SET", QueueKeys(queue: "wrong").feedback, "x"])
                 _ = try await API.addDeadLetter(bed, reason: "bad_priority")

@@ -36,7 +36,7 @@ extension IntegrationTests {
                 let batchIDs = try #require(batch.json["ids"] as? [String])
                 #expect(batchIDs.count == 3)
 
-                let entries = try await bed.client.entries(QueueKeys().jobs)
+                let entries = try await bed.client.laneEntries(QueueKeys())
                 #expect(entries.map(\.id) == oneIDs + batchIDs)
                 // The fields a worker reads, as `herald enqueue` writes them: payload text kept byte for byte.
                 #expect(entries[0]["token"] == Self.tokenA)
@@ -51,15 +51,15 @@ extension IntegrationTests {
 
                 // The queue from the query string, or from the body; not both differently.
                 let other = try await bed.request("POST", "/v1/notifications?queue=other", json: #"{"token":"\#(Self.tokenA)","payload":\#(Self.payload)}"#)
-                #expect(other.status == 202 && other.json["stream"] as? String == "herald:{other}:jobs", "\(other)")
+                #expect(other.status == 202 && other.json["stream"] as? String == "herald:{other}:jobs:urgent", "an alert at APNs' default priority goes to the urgent lane: \(other)")
                 let inBody = try await bed.request("POST", "/v1/notifications", json: #"{"queue":"other","notifications":[{"token":"\#(Self.tokenA)","payload":\#(Self.payload)}]}"#)
                 #expect(inBody.status == 202, "\(inBody)")
-                #expect(try await bed.client.integer("XLEN", QueueKeys(queue: "other").jobs) == 2)
+                #expect(try await bed.client.laneLength(QueueKeys(queue: "other")) == 2)
                 let clash = try await bed.request("POST", "/v1/notifications?queue=a", json: #"{"queue":"b","token":"\#(Self.tokenA)","payload":\#(Self.payload)}"#)
                 #expect(clash.status == 400, "\(clash)")
                 let badQueue = try await bed.request("POST", "/v1/notifications?queue=a%7Bb%7D", json: #"{"token":"\#(Self.tokenA)","payload":\#(Self.payload)}"#)
                 #expect(badQueue.status == 400, "\(badQueue)")
-                #expect(try await bed.client.integer("XLEN", QueueKeys().jobs) == 4)
+                #expect(try await bed.client.laneLength(QueueKeys()) == 4)
             }
         }
 
@@ -105,12 +105,12 @@ extension IntegrationTests {
                 #expect(byIndex[6] == ["bad_field_type"])
                 #expect(byIndex[7] == ["not_an_object"])
                 // All or nothing: the valid first job was not added either.
-                #expect(try await bed.client.integer("XLEN", QueueKeys().jobs) == 0)
+                #expect(try await bed.client.laneLength(QueueKeys()) == 0)
 
                 let single = try await bed.request("POST", "/v1/notifications", json: #"{"token":"\#(Self.tokenA)","payload":\#(Self.payload),"push_type":"shout"}"#)
                 #expect(single.status == 422, "\(single)")
                 #expect(single.text.contains("unknown_push_type"))
-                #expect(try await bed.client.integer("XLEN", QueueKeys().jobs) == 0)
+                #expect(try await bed.client.laneLength(QueueKeys()) == 0)
             }
         }
 
@@ -131,7 +131,7 @@ extension IntegrationTests {
                     #expect(basic.status == 401, "\(method) \(path): \(basic)")
                     #expect(!none.text.contains(APIBed.token) && !wrong.text.contains("not-the-token"))
                 }
-                #expect(try await bed.client.integer("XLEN", QueueKeys().jobs) == 0)
+                #expect(try await bed.client.laneLength(QueueKeys()) == 0)
                 // Health, readiness and metrics need none.
                 #expect(try await bed.get("/healthz", headers: []).status == 200)
                 #expect(try await bed.get("/readyz", headers: []).status == 200)
@@ -179,7 +179,7 @@ extension IntegrationTests {
                 try connection.send(Array(head.utf8))
                 let chunked = try connection.readResponse()
                 #expect(chunked.status == 413, "\(chunked)")
-                #expect(try await bed.client.integer("XLEN", QueueKeys().jobs) == 3)
+                #expect(try await bed.client.laneLength(QueueKeys()) == 3)
             }
         }
 
@@ -197,7 +197,7 @@ extension IntegrationTests {
                 }
                 #expect(closed)
                 #expect(try await bed.get("/healthz", headers: []).status == 200, "the server serves others meanwhile")
-                #expect(try await bed.client.integer("XLEN", QueueKeys().jobs) == 0)
+                #expect(try await bed.client.laneLength(QueueKeys()) == 0)
             }
         }
 
@@ -221,7 +221,7 @@ extension IntegrationTests {
                 _ = try held[0].readResponse()
                 let fourth = try await bed.request("POST", "/v1/notifications", json: #"{"token":"\#(Self.tokenA)","payload":\#(Self.payload)}"#)
                 #expect(fourth.status == 202, "\(fourth)")
-                #expect(try await bed.client.integer("XLEN", QueueKeys().jobs) == 1)
+                #expect(try await bed.client.laneLength(QueueKeys()) == 1)
             }
         }
 
@@ -237,7 +237,7 @@ extension IntegrationTests {
                 #expect(again.json["ids"] as? [String] == first.json["ids"] as? [String])
                 #expect(again.json["replayed"] as? Bool == true)
                 #expect(again.header("Idempotent-Replayed") == "true")
-                #expect(try await bed.client.integer("XLEN", QueueKeys().jobs) == 2, "one set of entries")
+                #expect(try await bed.client.laneLength(QueueKeys()) == 2, "one set of entries")
 
                 // The same jobs written differently (member order, whitespace, an escaped name): the same request.
                 let reordered = """
@@ -253,7 +253,7 @@ extension IntegrationTests {
                 let reused = try await bed.request("POST", "/v1/notifications", json: other, headers: bed.auth + key)
                 #expect(reused.status == 422, "\(reused)")
                 #expect((reused.json["error"] as? [String: Any])?["code"] as? String == "idempotency_key_reused")
-                #expect(try await bed.client.integer("XLEN", QueueKeys().jobs) == 2)
+                #expect(try await bed.client.laneLength(QueueKeys()) == 2)
 
                 // The key lives in the queue's slot, with a time to live.
                 let ttl = try await bed.client.integer("PTTL", "herald:{default}:idempotency:order-4711")
@@ -275,7 +275,7 @@ extension IntegrationTests {
                 let bigIDs = try #require(bigFirst.json["ids"] as? [String])
                 #expect(bigIDs.count == 500)
                 #expect(bigAgain.json["ids"] as? [String] == bigIDs && bigAgain.json["replayed"] as? Bool == true)
-                #expect(try await bed.client.entries(QueueKeys(queue: "big").jobs).map(\.id) == bigIDs)
+                #expect(try await bed.client.laneEntries(QueueKeys(queue: "big")).map(\.id) == bigIDs)
                 // One run per millisecond the script took, not 500 ids of about 16 bytes each.
                 #expect(try await bed.client.integer("STRLEN", "herald:{big}:idempotency:big-500") < 1_000)
 
@@ -290,7 +290,7 @@ extension IntegrationTests {
                 #expect(answers.allSatisfy { $0.status == 202 })
                 #expect(Set(answers.map { ($0.json["ids"] as? [String]) ?? [] }).count == 1)
                 #expect(answers.filter { $0.json["replayed"] as? Bool == false }.count == 1)
-                #expect(try await bed.client.integer("XLEN", QueueKeys(queue: "burst").jobs) == 2)
+                #expect(try await bed.client.laneLength(QueueKeys(queue: "burst")) == 2)
             }
         }
 
@@ -318,7 +318,9 @@ extension IntegrationTests {
                 }
                 _ = try await bed.request("POST", "/v1/notifications", json: #"{"token":"\#(Self.tokenA)","payload":\#(Self.payload)}"#)
                 let stats = try await bed.get("/v1/queues/default")
-                #expect(stats.json["depth"] as? Int == 1 && stats.json["dead_letters"] as? Int == 5, "\(stats)")
+                // The alert went to the urgent lane (priority 10 by default): its depth is under "urgent".
+                let urgentDepth = (stats.json["urgent"] as? [String: Any])?["depth"] as? Int
+                #expect(stats.json["depth"] as? Int == 0 && urgentDepth == 1 && stats.json["dead_letters"] as? Int == 5, "\(stats)")
 
                 // Pages of two: every id once, in order, then no cursor.
                 var seen: [String] = []
@@ -353,7 +355,7 @@ extension IntegrationTests {
                 #expect(requeue.json["more"] as? Bool == true)
                 let items = try #require(requeue.json["items"] as? [[String: Any]])
                 #expect(items.compactMap { $0["id"] as? String } == [ids[0], ids[2]])
-                #expect(try await bed.client.integer("XLEN", QueueKeys().jobs) == 3)
+                #expect(try await bed.client.laneLength(QueueKeys()) == 3)
                 #expect(try await bed.client.integer("XLEN", QueueKeys().dead) == 3)
                 // By id: a still-invalid job goes back, marked as such; an unknown id is named.
                 let byID = try await bed.request("POST", "/v1/queues/default/dead-letters/requeue", json: #"{"ids":["\#(ids[1])","1-1"]}"#)
@@ -428,7 +430,7 @@ extension IntegrationTests {
                     return retry.status == 202
                 }
                 #expect((retry.json["ids"] as? [String])?.count == 2)
-                #expect(try await bed.client.integer("XLEN", QueueKeys().jobs) == 3, "1 before the stall + the batch exactly once")
+                #expect(try await bed.client.laneLength(QueueKeys()) == 3, "1 before the stall + the batch exactly once")
             }
         }
 
@@ -489,7 +491,7 @@ extension IntegrationTests {
             let response = try connection.readResponse()
             #expect(response.status == 202, "\(response)")
             #expect(await bed.waitForExit() == nil)
-            #expect(try await bed.client.integer("XLEN", QueueKeys().jobs) == 1)
+            #expect(try await bed.client.laneLength(QueueKeys()) == 1)
             #expect(throws: (any Error).self) { _ = try HTTPTestConnection(port: bed.port) }
             bed.client.shutdown()
         }
@@ -540,7 +542,7 @@ extension IntegrationTests {
             #expect(!api.log.contains(first) && !api.log.contains(second), "tokens never reach the log")
             #expect(api.log.contains("SIGHUP"), "\(api.log)")
             let client = try RedisClient(endpoint: redis.endpoint)
-            #expect(try await client.integer("XLEN", QueueKeys().jobs) == 1)
+            #expect(try await client.laneLength(QueueKeys()) == 1)
             client.shutdown()
         }
 
@@ -579,7 +581,7 @@ extension IntegrationTests {
             }
             let id = try #require((after.json["ids"] as? [String])?.first)
             let client = try RedisClient(endpoint: RedisEndpoint(host: "127.0.0.1", port: newMaster))
-            #expect(try await client.entries(QueueKeys().jobs).contains { $0.id == id }, "the job is on the new master")
+            #expect(try await client.laneEntries(QueueKeys()).contains { $0.id == id }, "the job is on the new master")
             #expect(try await httpRequest(port: port, "GET", "/readyz").status == 200)
             client.shutdown()
             await server.shutdown()

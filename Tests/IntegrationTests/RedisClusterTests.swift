@@ -111,7 +111,7 @@ extension IntegrationTests {
 
             // The command line tools on the cluster: enqueue routes to the queue's master, stats
             // finds every queue on every master.
-            let enqueue = try runHerald(["enqueue", "--redis", cluster.url, "--queue", Self.shards[3],
+            let enqueue = try runHerald(["enqueue", "--lane", "bulk", "--redis", cluster.url, "--queue", Self.shards[3],
                                          "--token", WorkerHarness.deviceToken(1), "--payload", #"{"aps":{"alert":"hi"}}"#])
             #expect(enqueue.status == 0, "\(enqueue.stderr)")
             let stats = try runHerald(["stats", "--redis", cluster.firstNodeURL, "--redis-cluster", "--all-queues"])
@@ -132,7 +132,7 @@ extension IntegrationTests {
             // and --wait-replicas waits on every master it wrote to.
             var before = 0
             for shard in Self.shards { before += Int(try client.run(["XLEN", .text(QueueKeys(queue: shard).jobs)]).integer ?? 0) }
-            let sharded = try runHerald(["enqueue", "--redis", cluster.url, "--queue", "alerts", "--shards", "6", "--count", "60",
+            let sharded = try runHerald(["enqueue", "--lane", "bulk", "--redis", cluster.url, "--queue", "alerts", "--shards", "6", "--count", "60",
                                          "--distinct-tokens", "60", "--token", WorkerHarness.deviceToken(7), "--payload", "{}",
                                          "--wait-replicas", "1", "--wait-timeout", "5000"])
             #expect(sharded.status == 0, "\(sharded.stderr)")
@@ -150,7 +150,7 @@ extension IntegrationTests {
             let wrongNode = try #require(cluster.nodes.first { node in
                 node.port != target.port && owners.contains { $0.port == node.port }
             })
-            let plain = try runHerald(["enqueue", "--redis", "redis://127.0.0.1:\(wrongNode.port)", "--queue", Self.shards[0],
+            let plain = try runHerald(["enqueue", "--lane", "bulk", "--redis", "redis://127.0.0.1:\(wrongNode.port)", "--queue", Self.shards[0],
                                        "--token", WorkerHarness.deviceToken(2), "--payload", "{}"])
             #expect(plain.status != 0 && plain.stderr.contains("MOVED"), "\(plain.stderr)")
         }
@@ -161,7 +161,7 @@ extension IntegrationTests {
         /// batch is refused as a whole (MOVED for each command, EXECABORT for EXEC) and nothing
         /// of it is applied anywhere, so writing it again on the right master cannot apply it twice.
         @Test
-        func outcomeBatchesAndTheRetryScriptStayInTheQueueSlot() throws {
+        func outcomeBatchesTheRetryScriptAndTheTrimStayInTheQueueSlot() throws {
             let cluster = try RedisClusterFixture()
             defer { cluster.stop() }
             let keys = QueueKeys(queue: Self.shards[2])
@@ -216,9 +216,14 @@ extension IntegrationTests {
             // The right master: every command of the batch applied, no CROSSSLOT.
             let applied = try exec(on: owner)
             let replies = try #require(applied.array, "EXEC answered \(applied)")
-            #expect(replies.count == 4 && !replies.contains { $0.isError }, "\(replies)")
+            #expect(replies.count == 3 && !replies.contains { $0.isError }, "\(replies)")
             #expect(try client.run(["XLEN", .text(keys.dead)]).integer == 1)
             #expect(try client.run(["XLEN", .text(keys.feedback)]).integer == 1)
+            #expect(try client.run(["XLEN", .text(keys.jobs)]).integer == 2, "acknowledged, not yet trimmed")
+
+            // The trim script: one key of the slot, on its master; both entries were finished.
+            let trimmed = try client.run(StreamTrim.command(stream: keys.jobs).map { .text($0) })
+            #expect(trimmed.integer == 2, "\(trimmed)")
             #expect(try client.run(["XLEN", .text(keys.jobs)]).integer == 0)
 
             // The retry promotion script: two keys of the slot, on its master.
@@ -434,7 +439,7 @@ extension IntegrationTests {
             let targetID = try #require(try targetNode.command(["CLUSTER", "MYID"]).string)
             #expect(try targetNode.command(["CLUSTER", "SETSLOT", String(slot), "IMPORTING", sourceID]).string == "OK")
             #expect(try sourceNode.command(["CLUSTER", "SETSLOT", String(slot), "MIGRATING", targetID]).string == "OK")
-            let present = try [keys.jobs, keys.retry, keys.dead, keys.feedback].filter {
+            let present = try [keys.jobs, keys.urgentJobs, keys.retry, keys.dead, keys.feedback].filter {
                 try sourceNode.command(["EXISTS", $0]).integer == 1
             }
             let migrated = try sourceNode.command(["MIGRATE", "127.0.0.1", String(target.port), "", "0", "5000", "KEYS"] + present)

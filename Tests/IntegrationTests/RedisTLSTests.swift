@@ -154,7 +154,7 @@ extension IntegrationTests {
             let harness = try QueueToolingHarness(tls: .init(certificates: certificates, authClients: true))
             let keys = harness.keys
             let token = WorkerHarness.deviceToken(1)
-            let added = try harness.herald("enqueue", "--queue", "tooling", "--token", token, "--payload", #"{"aps":{"alert":"hi"}}"#,
+            let added = try harness.herald("enqueue", "--lane", "bulk", "--queue", "tooling", "--token", token, "--payload", #"{"aps":{"alert":"hi"}}"#,
                                            "--topic", "com.example.app")
             #expect(added.status == 0, "\(added.stderr)")
             #expect(try harness.length(keys.jobs) == 1)

@@ -205,10 +205,10 @@ extension IntegrationTests {
             let directory = try TemporaryDirectory(prefix: "herald-sentinel-auth")
             let sentinel = ["--sentinel", group.sentinelList, "--sentinel-master", SentinelGroup.masterName]
             let job = ["--token", WorkerHarness.deviceToken(1), "--payload", WorkerHarness.payload(1)]
-            let refused = try runHerald(["enqueue"] + sentinel + job, in: directory)
+            let refused = try runHerald(["enqueue", "--lane", "bulk"] + sentinel + job, in: directory)
             #expect(refused.status != 0)
             #expect(refused.stderr.contains("--sentinel-password-file"), "the message says how to give the password: \(refused)")
-            let fromEnvironment = try runHerald(["enqueue"] + sentinel + job, environment: ["HERALD_SENTINEL_PASSWORD": secret], in: directory)
+            let fromEnvironment = try runHerald(["enqueue", "--lane", "bulk"] + sentinel + job, environment: ["HERALD_SENTINEL_PASSWORD": secret], in: directory)
             #expect(fromEnvironment.status == 0, "\(fromEnvironment)")
             let file = directory.path("sentinel.pass")
             try (secret + "\n").write(toFile: file, atomically: true, encoding: .utf8)
@@ -231,7 +231,7 @@ extension IntegrationTests {
             let sentinel = ["--sentinel", list, "--sentinel-master", SentinelGroup.masterName]
             let token = WorkerHarness.deviceToken(7)
 
-            let enqueued = try runHerald(["enqueue"] + sentinel + ["--token", token, "--payload", WorkerHarness.payload(7),
+            let enqueued = try runHerald(["enqueue", "--lane", "bulk"] + sentinel + ["--token", token, "--payload", WorkerHarness.payload(7),
                                                                   "--wait-replicas", "1", "--wait-timeout", "5000"], in: directory)
             #expect(enqueued.status == 0, "\(enqueued)")
             let master = group.servers[0].port, replica = group.servers[1].port
@@ -239,7 +239,7 @@ extension IntegrationTests {
             #expect(group.ask(port: replica, ["XLEN", "herald:{default}:jobs"])?.integer == 1, "--wait-replicas 1: and on the replica")
 
             // Asking for more replicas than there are: added all the same, and said so.
-            let short = try runHerald(["enqueue"] + sentinel + ["--token", token, "--payload", WorkerHarness.payload(8),
+            let short = try runHerald(["enqueue", "--lane", "bulk"] + sentinel + ["--token", token, "--payload", WorkerHarness.payload(8),
                                                                 "--wait-replicas", "2", "--wait-timeout", "200"], in: directory)
             #expect(short.status != 0, "\(short)")
             #expect(short.stderr.contains("only 1 of 2 replicas confirmed them within 200 ms"), "\(short)")

@@ -262,7 +262,7 @@ extension IntegrationTests {
         func enqueueShardsFollowTheDocumentedHash() throws {
             let harness = try QueueToolingHarness(queue: "push")
             let base = "ab" + String(repeating: "0", count: 62)
-            let run = try harness.herald("enqueue", "--queue", "push", "--shards", "4", "--token", base, "--count", "400",
+            let run = try harness.herald("enqueue", "--lane", "bulk", "--queue", "push", "--shards", "4", "--token", base, "--count", "400",
                                          "--distinct-tokens", "400", "--payload", #"{"aps":{"alert":"hi"}}"#)
             #expect(run.status == 0, "\(run.stderr)")
             var total = 0
@@ -285,7 +285,7 @@ extension IntegrationTests {
 
             // A fan-out job is split: each shard's entry holds exactly the tokens that hash to it.
             let fanOut = (0..<12).map { WorkerHarness.deviceToken($0, prefix: "cd") }
-            let split = try harness.herald("enqueue", "--queue", "fan", "--shards", "3", "--tokens", fanOut.joined(separator: ","),
+            let split = try harness.herald("enqueue", "--lane", "bulk", "--queue", "fan", "--shards", "3", "--tokens", fanOut.joined(separator: ","),
                                            "--payload", #"{"aps":{"alert":"hi"}}"#)
             #expect(split.status == 0, "\(split.stderr)")
             var seen: [String] = []

@@ -97,6 +97,9 @@ final class DeliveryWorld {
         defaults.apnsIDNamespace = "default"
         rules = DeliveryRules(policy: policy, apps: (DeliveryWorld.apps + (sandbox ? ["default/sandbox"] : [])).map { ($0, defaults) },
                               queues: queues > 1 ? (0..<queues).map { "q\($0)" } : nil, seed: seed, sandboxTwins: sandbox ? [0: 2] : [:])
+        // With several queues the last is an urgent stream (priority lanes): its tokens jump the
+        // others', and every rule above must hold for it all the same.
+        if queues > 1 { rules.urgentQueues = (0..<queues).map { $0 == queues - 1 } }
     }
 
     private func violation(_ text: String) {
@@ -456,6 +459,10 @@ final class DeliveryWorld {
                 }
             case .retry(let retry):
                 for token in retry.tokens { record(token, "retry set") }
+                let lane = retry.fields.last { $0.name == JobLane.field }.map { String(decoding: $0.value, as: UTF8.self) }
+                if lane != (queues > 1 && entry.queue == queues - 1 ? "urgent" : nil) {
+                    violation("retry of \(entry.id) from queue \(entry.queue) has lane \(lane ?? "none"): a retry must go back to its own lane")
+                }
                 if retry.attempts >= policy.maxAttempts {
                     violation("retry of \(entry.id) with \(retry.attempts) attempts spent (max \(policy.maxAttempts))")
                 }

@@ -129,6 +129,40 @@ let benchmarks: @Sendable () -> Void = {
         benchmark.stopMeasurement()
         precondition(pair.accepted == 0, "a 410 was classified as accepted")
     }
+
+    // MARK: the worker's whole path, stream entry to acknowledgement (in memory)
+
+    // One op = one notification: its entry decoded and validated by DeliveryRules, sent on the
+    // APNsConnection through the in-memory responder, answered, classified, finished, its entry's
+    // acknowledgement encoded as the RESP bytes the worker writes (XACK, or MULTI/…/XACK/EXEC), and the
+    // batch confirmed. Rounds of 1000 jobs on 1000 streams. The responder (standing in for APNs)
+    // allocates from a pooled allocator, so the count is Herald's.
+    Benchmark("End to end in memory (1 token per job, 256 B alert)", configuration: .init(thresholds: tolerant(mallocPercent: 1))) { benchmark in
+        let pipeline = try EndToEnd(jobs: 1000, tokensPerJob: 1)
+        pipeline.run(3 * pipeline.notificationsPerRound)  // warm: HPACK tables, slots, free lists, the rules' tables
+        benchmark.startMeasurement()
+        blackHole(pipeline.run(benchmark.scaledIterations.count))
+        benchmark.stopMeasurement()
+        precondition(pipeline.other == 0, "\(pipeline.other) notifications were not accepted")
+    }
+
+    Benchmark("End to end in memory (fan-out, 10 tokens per job)", configuration: .init(thresholds: tolerant(mallocPercent: 1))) { benchmark in
+        let pipeline = try EndToEnd(jobs: 100, tokensPerJob: 10)
+        pipeline.run(3 * pipeline.notificationsPerRound)
+        benchmark.startMeasurement()
+        blackHole(pipeline.run(benchmark.scaledIterations.count))
+        benchmark.stopMeasurement()
+        precondition(pipeline.other == 0, "\(pipeline.other) notifications were not accepted")
+    }
+
+    Benchmark("End to end in memory (1 token per job, collapse id)", configuration: .init(thresholds: tolerant(mallocPercent: 1))) { benchmark in
+        let pipeline = try EndToEnd(jobs: 1000, tokensPerJob: 1, collapseID: true)
+        pipeline.run(3 * pipeline.notificationsPerRound)
+        benchmark.startMeasurement()
+        blackHole(pipeline.run(benchmark.scaledIterations.count))
+        benchmark.stopMeasurement()
+        precondition(pipeline.other == 0, "\(pipeline.other) notifications were not accepted")
+    }
 }
 
 /// Wall clock, throughput, mallocs (CPU time is left out: its 10 ms tick is coarser than any op here); instructions only where hardware counters exist (many VMs have none:

@@ -6,6 +6,17 @@ import Queue
 /// Sizes follow issue 4's load: a 64-hex-digit token and a 256-byte payload.
 public enum Fixtures {
     public static let token = "8f3c9e1a27b54d6f90ac13e7b2d48f65a1c09e3b7d24f6a85c1e90b3d7a26f4e"
+    /// A distinct 64-hex-digit token for each `n` (the end-to-end piece's jobs).
+    public static func token(_ n: Int) -> String {
+        let hex = Array("0123456789abcdef".utf8)
+        var bytes = Array(token.utf8)
+        var value = UInt64(n)
+        for position in 0..<16 {
+            bytes[63 - position] = hex[Int(value & 0xF)]
+            value >>= 4
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
     public static let bundleID = "com.example.herald"
     public static let origin = "1717171717171-0"
 

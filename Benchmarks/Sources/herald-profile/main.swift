@@ -9,6 +9,7 @@ import Queue
 // exposes no hardware counters, and gdb can attribute its mallocs:
 //   herald-profile <piece> <count>      pieces: decode validate headers classify200 classify410
 //                                                stableid roundtrip200 roundtrip410
+//                                                endtoend endtoend-fanout endtoend-collapse
 // The measured region is the function `measured(_:_:)`: pass
 // `--toggle-collect='*herald_profile8measured*'` to callgrind and divide by count.
 
@@ -24,7 +25,7 @@ func keep<T>(_ value: T) { withExtendedLifetime(value) {} }
 func run() throws {
     let arguments = CommandLine.arguments
     guard arguments.count == 3, let count = Int(arguments[2]) else {
-        print("usage: herald-profile <decode|validate|headers|classify200|classify410|stableid|roundtrip200|roundtrip410> <count>")
+        print("usage: herald-profile <decode|validate|headers|classify200|classify410|stableid|roundtrip200|roundtrip410|endtoend|endtoend-fanout|endtoend-collapse> <count>")
         exit(2)
     }
     switch arguments[1] {
@@ -56,6 +57,14 @@ func run() throws {
         pair.send(2_000, request)
         measured(1) { pair.send(count, request) }
         print("completed \(pair.completed), accepted \(pair.accepted), other \(pair.other)")
+    case "endtoend", "endtoend-fanout", "endtoend-collapse":
+        let pipeline = arguments[1] == "endtoend-fanout"
+            ? try EndToEnd(jobs: 100, tokensPerJob: 10)
+            : try EndToEnd(jobs: 1000, tokensPerJob: 1, collapseID: arguments[1] == "endtoend-collapse")
+        pipeline.run(3 * pipeline.notificationsPerRound)
+        var done = 0
+        measured(1) { done = pipeline.run(count) }
+        print("notifications \(done), accepted \(pipeline.accepted), other \(pipeline.other), batches \(pipeline.batches), RESP bytes \(pipeline.batchBytes)")
     default:
         print("unknown piece \(arguments[1])")
         exit(2)

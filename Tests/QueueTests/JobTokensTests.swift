@@ -1,0 +1,40 @@
+import Queue
+import Testing
+
+/// A job's tokens: the usual single token kept without a list, fan-out as a list; both read alike.
+@Suite
+struct JobTokensReading {
+    static let a = String(repeating: "a", count: 64)
+    static let b = String(repeating: "b", count: 64)
+
+    @Test
+    func oneTokenReadsLikeAOneElementArray() {
+        let tokens = JobTokens(Self.a)
+        #expect(tokens.count == 1 && tokens[0] == Self.a && tokens.first == Self.a)
+        #expect(Array(tokens) == [Self.a] && tokens.array == [Self.a])
+        #expect(tokens == [Self.a] && tokens == JobTokens([Self.a]) && tokens != [Self.b])
+    }
+
+    @Test
+    func severalTokensKeepTheirOrder() {
+        let tokens = JobTokens([Self.b, Self.a])
+        #expect(tokens.count == 2 && tokens[0] == Self.b && tokens[1] == Self.a)
+        #expect(Array(tokens.enumerated().map(\.offset)) == [0, 1])
+        #expect(tokens == [Self.b, Self.a] && tokens != [Self.a, Self.b] && tokens != [Self.b])
+    }
+
+    @Test
+    func decodedJobsHoldTheirTokens() throws {
+        let payload = Array(#"{"aps":{"alert":"x"}}"#.utf8)
+        let id = StreamEntryID(milliseconds: 1, sequence: 0)
+        let single = try JobDecoder.decode(entryID: id, fields: [("token", Array(Self.a.uppercased().utf8)), ("payload", payload)],
+                                           defaults: JobDefaults(bundleID: "com.example.app")).get()
+        #expect(single.tokens == [Self.a], "lowercased, one token")
+        // `token` and `tokens` together: both kept, `token` first.
+        let both = try JobDecoder.decode(entryID: id, fields: [("token", Array(Self.a.utf8)), ("tokens", Array(Self.b.utf8)), ("payload", payload)],
+                                         defaults: JobDefaults(bundleID: "com.example.app")).get()
+        #expect(both.tokens == [Self.a, Self.b])
+        let missing = JobDecoder.decode(entryID: id, fields: [("token", []), ("payload", payload)], defaults: JobDefaults(bundleID: "com.example.app"))
+        guard case .failure(.missingToken) = missing else { Issue.record("an empty token is no token: \(missing)"); return }
+    }
+}
