@@ -36,6 +36,8 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     public var maxAttempts: Int?
     public var maxDeliveries: Int?
     public var drainTimeout: Int?
+    /// Device tokens a worker loop remembers as backed off after 429 (`--token-backoff-capacity`).
+    public var tokenBackoffCapacity: Int?
     public var threads: Int?
     public var metricsPort: Int?
     public var metricsHost: String?
@@ -62,6 +64,7 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
         case maxAttempts = "max_attempts"
         case maxDeliveries = "max_deliveries"
         case drainTimeout = "drain_timeout"
+        case tokenBackoffCapacity = "token_backoff_capacity"
         case metricsPort = "metrics_port"
         case metricsHost = "metrics_host"
         case logLevel = "log_level"
@@ -94,6 +97,9 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
         public var environment: String?
         public var apnsHost: String?
         public var apnsPort: Int?
+        /// With `environment: both`: the sandbox host and port (`apns_host` names production's).
+        public var apnsSandboxHost: String?
+        public var apnsSandboxPort: Int?
         public var caFile: String?
         public var connections: Int?
         public var maxStreams: Int?
@@ -113,6 +119,8 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
             case bundleID = "bundle_id"
             case apnsHost = "apns_host"
             case apnsPort = "apns_port"
+            case apnsSandboxHost = "apns_sandbox_host"
+            case apnsSandboxPort = "apns_sandbox_port"
             case caFile = "ca_file"
             case maxStreams = "max_streams"
             case teamID = "team_id"

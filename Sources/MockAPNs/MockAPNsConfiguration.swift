@@ -55,6 +55,13 @@ public struct MockAPNsConfiguration: Sendable {
     /// Device tokens starting with this get 429 TooManyRequests for their first `throttleCount` requests.
     public var throttlePrefix: String? = nil
     public var throttleCount = 1
+    /// After a 429 to a `throttlePrefix` token, its requests within this many ms get 429 too (each
+    /// one starting the window again), as APNs keeps throttling a token that is not left alone.
+    /// 0: only the first `throttleCount` requests.
+    public var throttleWindowMilliseconds: Int64 = 0
+    /// Device tokens starting with any of these (lowercase hex) get 400 BadDeviceToken: tokens of
+    /// the other APNs environment, when two emulators play production and sandbox.
+    public var badTokenPrefixes: [String] = []
     /// Each connection sends GOAWAY (Shutdown) after this many streams.
     public var goAwayAfterStreams: Int? = nil
     /// Each connection is dropped without GOAWAY after this many streams.

@@ -48,6 +48,8 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     /// Garbage bodies built once per kind and reason (the oversized one is 1 MiB).
     private var garbageBodies: [String: [UInt8]] = [:]
     private var throttled: [String: Int] = [:]
+    /// `throttleWindowMilliseconds`: until when each throttled token keeps getting 429.
+    private var throttledUntil: [String: Int64] = [:]
     private var verifiedTokens: [String: Result<ParsedProviderToken, ProviderTokenVerificationFailure>] = [:]
     private var random: SplitMix64
     /// Draws `apns-unique-id`s apart from `random`, so the faults a seed injects stay the same.
@@ -530,7 +532,11 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
 
         // Injected faults.
         // Folded only when a token fault is configured: no String per request otherwise.
-        let lowerToken = configuration.unregisteredPrefix == nil && configuration.throttlePrefix == nil ? "" : token.lowercased()
+        let lowerToken = configuration.unregisteredPrefix == nil && configuration.throttlePrefix == nil && configuration.badTokenPrefixes.isEmpty
+            ? "" : token.lowercased()
+        if !configuration.badTokenPrefixes.isEmpty, configuration.badTokenPrefixes.contains(where: { lowerToken.hasPrefix($0) }) {
+            return reject(400, "BadDeviceToken")
+        }
         if let dead = configuration.unregisteredPrefix, lowerToken.hasPrefix(dead) {
             answer = reject(410, "Unregistered")
             answer.timestamp = now
@@ -539,7 +545,11 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         if let throttle = configuration.throttlePrefix, lowerToken.hasPrefix(throttle) {
             let seen = throttled[lowerToken, default: 0]
             throttled[lowerToken] = seen + 1
-            if seen < configuration.throttleCount { return reject(429, "TooManyRequests") }
+            let window = configuration.throttleWindowMilliseconds
+            if seen < configuration.throttleCount || (window > 0 && now < throttledUntil[lowerToken, default: 0]) {
+                if window > 0 { throttledUntil[lowerToken] = now + window }
+                return reject(429, "TooManyRequests")
+            }
         }
         if !configuration.injectedErrors.isEmpty {
             let value = draw()

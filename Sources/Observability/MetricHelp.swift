@@ -20,6 +20,11 @@ public enum MetricHelp {
         "herald_redis_errors_total": "Redis errors: lost or refused connections and error replies. The worker reconnects with backoff.",
         "herald_consumers_removed_total":
             "Consumers of the group removed by this worker: idle for --idle-consumer-timeout and owning no pending entry (workers scaled down or replaced).",
+        "herald_token_backoff_deferred_total":
+            "Notifications not sent because APNs had answered 429 TooManyRequests for their device token and its backoff had not passed: parked in the retry set until it passes, no attempt spent (also counted as handed_back).",
+        "herald_wrong_environment_total":
+            "Notifications of an app with both APNs environments that production called a bad device token and sandbox accepted: delivered, with a wrong_environment feedback entry (the backend's record of the token names the wrong environment).",
+        "herald_token_backoffs": "Device tokens backing off after 429 TooManyRequests right now (each worker loop remembers at most --token-backoff-capacity).",
         "herald_streams_in_flight": "Notifications on an HTTP/2 stream to APNs, waiting for the answer.",
         "herald_notifications_queued": "Notifications read for the app and waiting for a free stream slot (not yet sent).",
         "herald_stream_slots_free": "Streams the app's connections could open now (APNs' limit per connection, at most --max-streams).",

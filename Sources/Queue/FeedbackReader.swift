@@ -14,6 +14,8 @@ public struct FeedbackEntry: Sendable {
         public static let timestamp = "timestamp"
         /// The job entry id the notification came from.
         public static let job = "job"
+        /// With reason `wrong_environment`: the APNs environment that accepted the token.
+        public static let environment = "environment"
     }
 
     public let record: StreamRecord
@@ -28,6 +30,7 @@ public struct FeedbackEntry: Sendable {
     public var reason: String { record.text(Field.reason) ?? "" }
     public var timestamp: Int64? { record.text(Field.timestamp).flatMap { Int64($0) } }
     public var job: String? { record.text(Field.job) }
+    public var environment: String? { record.text(Field.environment) }
 }
 
 extension FeedbackEntry {
@@ -41,6 +44,8 @@ extension FeedbackEntry {
         public var job: String
         /// `token` holds a broadcast channel id: written as `channel_id`.
         public var isChannel = false
+        /// With reason `wrong_environment`: the environment that accepted the notification.
+        public var environment: String? = nil
 
         public init(token: String, topic: String, reason: String, timestamp: Int64?, job: String) {
             self.token = token
@@ -57,6 +62,7 @@ extension FeedbackEntry {
                                             .text(Field.reason), .text(reason)]
             if let timestamp { command += [.text(Field.timestamp), .integer(timestamp)] }
             command += [.text(Field.job), .text(job)]
+            if let environment { command += [.text(Field.environment), .text(environment)] }
             return command
         }
     }

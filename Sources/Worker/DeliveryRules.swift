@@ -16,6 +16,8 @@ public struct DeliveryPolicy: Sendable {
     public var credentialsRetryMilliseconds: Int64 = 60_000
     /// How long a notification waits after 429 TooManyProviderTokenUpdates.
     public var tokenUpdatesThrottledMilliseconds: Int64 = 60_000
+    /// Device tokens remembered as backed off after 429 TooManyRequests (`--token-backoff-capacity`; 0: off).
+    public var tokenBackoffCapacity = WorkerConfiguration.defaultTokenBackoffCapacity
 
     public init() {}
 
@@ -23,6 +25,7 @@ public struct DeliveryPolicy: Sendable {
         maxAttempts = configuration.maxAttempts
         maxDeliveries = configuration.maxDeliveries
         immediateRetries = configuration.immediateRetries
+        tokenBackoffCapacity = configuration.tokenBackoffCapacity
     }
 }
 
@@ -72,6 +75,11 @@ public final class DeliveryRules {
 
     var lanes: [Lane]
     private let laneByName: [String: Int]
+    /// An app with both APNs environments: its production lane's index → its sandbox lane's
+    /// (a lane no job names; it only takes what production called a bad device token).
+    let sandboxLanes: [Int: Int]
+    /// Tokens sandbox accepted after production called them bad: sent straight to sandbox.
+    var sandboxTokens = BoundedTokenSet(capacity: DeliveryRules.sandboxTokenCapacity)
     /// Each app's job defaults per queue (`[queue][lane]`): the apns-id namespace is the queue's name.
     private let defaultsByQueue: [[JobDefaults]]
     private var jobs: [JobRecord?] = []
@@ -94,7 +102,10 @@ public final class DeliveryRules {
     private var nextBatchQueue = 0
     public private(set) var unconfirmed: [OutcomeBatch] = []
     private var nextBatchSequence: UInt64 = 1
-    private var random: SplitMix64
+    var random: SplitMix64
+    /// Device tokens backing off after 429 TooManyRequests: their other notifications wait it out
+    /// in the retry set instead of being sent into another 429 (see `TokenBackoffTable`).
+    public internal(set) var tokenBackoff: TokenBackoffTable
 
     /// An app's queue of tokens waiting for a stream slot, and whether APNs refused its credentials.
     struct Lane {
@@ -182,6 +193,8 @@ public final class DeliveryRules {
         /// Accepted, superseded and dead-token outcomes so far, when `receipts` (dead letters are
         /// turned into results when the job finishes).
         var results: [ResultEntry.Draft] = []
+        /// Per token, set when it was sent to the app's other APNs environment; empty until one is.
+        var onOtherEnvironment: [Bool] = []
 
         init(job: Job, lane: Int, queue: Int) {
             self.job = job
@@ -206,6 +219,7 @@ public final class DeliveryRules {
             handedBack = 0
             receipts = false
             results = []
+            onOtherEnvironment = []
         }
 
         func isSuperseded(_ tokenIndex: Int) -> Bool {
@@ -237,8 +251,12 @@ public final class DeliveryRules {
     /// the names of the queues the jobs come from, in the order their indices name them (each
     /// queue's name is the apns-id namespace of its jobs); nil for one queue whose namespace the
     /// apps' defaults already carry.
-    public init(policy: DeliveryPolicy, apps: [(name: String, defaults: JobDefaults)], queues: [String]? = nil, seed: UInt64) {
+    /// `sandboxTwins`: for an app with both APNs environments, its lane → the lane of its sandbox
+    /// pool (named in `apps` too, never by a job).
+    public init(policy: DeliveryPolicy, apps: [(name: String, defaults: JobDefaults)], queues: [String]? = nil, seed: UInt64,
+                sandboxTwins: [Int: Int] = [:]) {
         self.policy = policy
+        sandboxLanes = sandboxTwins
         lanes = apps.map { Lane(name: $0.name, defaults: $0.defaults) }
         if let queues, !queues.isEmpty {
             defaultsByQueue = queues.map { queue in
@@ -258,9 +276,11 @@ public final class DeliveryRules {
         acceptedCollapse = Array(repeating: [:], count: queueCount)
         finishing = Array(repeating: [], count: queueCount)
         var names: [String: Int] = [:]
-        for (index, app) in apps.enumerated() where names[app.name] == nil { names[app.name] = index }
+        let twins = Set(sandboxTwins.values)
+        for (index, app) in apps.enumerated() where names[app.name] == nil && !twins.contains(index) { names[app.name] = index }
         laneByName = names
         random = SplitMix64(seed: seed)
+        tokenBackoff = TokenBackoffTable(capacity: policy.tokenBackoffCapacity)
     }
 
     // MARK: state read by the consumer
@@ -463,6 +483,11 @@ public final class DeliveryRules {
                 complete(index, now: now)
                 continue
             }
+            if !tokenBackoff.isEmpty, deferForTokenBackoff(record, tokenIndex: tokenIndex, now: now) {
+                complete(index, now: now)
+                continue
+            }
+            if !sandboxTokens.isEmpty, routeToSandbox(record, context: context, lane: laneIndex) { continue }
             queueCounters[record.queue].notificationsSent += 1
             countSend(job.template.effectivePriority, queue: record.queue, lane: record.lane)
             return NotificationSend(context: context, entryID: job.entryID, notification: job.notification(forToken: token),
@@ -506,6 +531,7 @@ public final class DeliveryRules {
         }
         switch outcome {
         case .accepted:
+            if !record.onOtherEnvironment.isEmpty { acceptedOnOtherEnvironment(record, tokenIndex: tokenIndex) }
             queueCounters[record.queue].apps[record.lane].accepted += 1
             if record.receipts {
                 noteResult(record, tokenIndex: tokenIndex, status: ResultEntry.Status.accepted, reason: nil, httpStatus: 200,
@@ -520,6 +546,10 @@ public final class DeliveryRules {
                 }
             }
         case .deadToken(let status, let reason, let timestamp):
+            if reason == .badDeviceToken, sandboxLanes[record.lane] != nil,
+               tryOtherEnvironment(record, index: index, tokenIndex: tokenIndex, attempts: before, now: now) {
+                return true
+            }
             queueCounters[record.queue].apps[record.lane].deadTokens += 1
             if record.receipts {
                 noteResult(record, tokenIndex: tokenIndex, status: ResultEntry.Status.deadToken, reason: reason.rawValue,
@@ -538,7 +568,7 @@ public final class DeliveryRules {
             }
         case .retryTokenLater(let reason):
             retryLater(record, token: token, attempts: attempts, status: 429, reason: reason?.rawValue ?? "TooManyRequests",
-                       delay: Backoff.tokenRetry.delayMilliseconds(afterFailures: max(1, attempts), using: &random), now: now)
+                       delay: tokenThrottled(token, attempts: attempts, now: now), now: now)
         case .retryOnAnotherConnection(let cause):
             let (status, word) = DeliveryRules.describe(cause)
             if !cause.countsAsAttempt || attempts <= policy.immediateRetries {
@@ -585,14 +615,15 @@ public final class DeliveryRules {
             record.deadLetters.append((token, verdict.reason, verdict.message, status, attempts))
             return false
         }
-        if draining || lanes[record.lane].halted {
+        let lane = sendLane(record, tokenIndex: tokenIndex)
+        if draining || lanes[lane].halted {
             // Nothing more is sent by this worker (or for this app): the retry set, due now.
             retryLater(record, token: token, attempts: attempts, status: status, reason: reason,
-                       delay: lanes[record.lane].halted ? policy.credentialsRetryMilliseconds : 0, now: now)
+                       delay: lanes[lane].halted ? policy.credentialsRetryMilliseconds : 0, now: now)
             return false
         }
         record.setAttempts(tokenIndex, attempts)
-        lanes[record.lane].pushFront(UInt64(index) << 16 | UInt64(tokenIndex), urgent: isUrgent(queue: record.queue))
+        lanes[lane].pushFront(UInt64(index) << 16 | UInt64(tokenIndex), urgent: isUrgent(queue: record.queue))
         return true
     }
 
@@ -641,7 +672,7 @@ public final class DeliveryRules {
     /// A token back to the retry set without a counted failure (no attempt spent), unless its
     /// apns-expiration passes before it would be due.
     @discardableResult
-    private func park(_ record: JobRecord, token: String, attempts: Int, delay: Int64, now: Int64) -> Bool {
+    func park(_ record: JobRecord, token: String, attempts: Int, delay: Int64, now: Int64) -> Bool {
         if let expiration = record.job.template.expiration, DeliveryRules.hasExpired(expiration, by: now.addingSaturating(max(0, delay))) {
             record.deadLetters.append((token, "expired",
                                        "The notification's apns-expiration (\(expiration)) passes before it could be sent again.", 0, attempts))
@@ -654,7 +685,7 @@ public final class DeliveryRules {
         return true
     }
 
-    private func complete(_ index: Int, now: Int64) {
+    func complete(_ index: Int, now: Int64) {
         guard let record = jobs[index] else { return }
         record.remaining -= 1
         if record.remaining <= 0 { finish(index, now: now) }

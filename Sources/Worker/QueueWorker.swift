@@ -125,7 +125,17 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         precondition(!configuration.queues.isEmpty, "a worker needs at least one queue")
         self.loop = loop
         self.configuration = configuration
-        lanes = apps.map { AppLane(app: $0, queue: configuration.keys.queue) }
+        // An app with both APNs environments gets a second lane after every app's own: its
+        // sandbox pool, which no job names (see DeliveryRules+Environments).
+        var appLanes = apps.map { AppLane(app: $0, queue: configuration.keys.queue) }
+        var sandboxTwins: [Int: Int] = [:]
+        for (index, app) in apps.enumerated() {
+            guard let sandboxPool = app.sandboxPool else { continue }
+            sandboxTwins[index] = appLanes.count
+            appLanes.append(AppLane(app: WorkerApp(name: app.name + WorkerApp.sandboxSuffix, pool: sandboxPool, defaults: app.defaults),
+                                    queue: configuration.keys.queue))
+        }
+        lanes = appLanes
         endpointForQueue = { _ in redis }
         self.sentinel = sentinel.map { RedisSentinelResolver(loop: loop, configuration: $0, base: redis) }
         self.time = time
@@ -146,7 +156,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         }
         var seed = SystemRandomNumberGenerator()
         rules = DeliveryRules(policy: DeliveryPolicy(configuration),
-                              apps: lanes.map { ($0.name, $0.defaults) }, queues: streams.map(\.queue), seed: seed.next())
+                              apps: lanes.map { ($0.name, $0.defaults) }, queues: streams.map(\.queue), seed: seed.next(),
+                              sandboxTwins: sandboxTwins)
         rules.urgentQueues = streams.map(\.isUrgentLane)
         rules.resultsByQueue = streams.map { configuration.results.includes($0.queue) }
         for lane in lanes { lane.pool.delegate = self }
@@ -256,6 +267,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             completion(result.isSuccess ? sample : nil)
         }
     }
+
+    /// Wall-clock ms as the rules see it (for the metrics publisher, on the loop).
+    func wallClockNow() -> Int64 { wallNow() }
 
     /// Wall-clock ms for the rules, read at most once per loop iteration (the loop's monotonic
     /// time tells when it moved on), so a burst of answers costs one clock read.
@@ -925,6 +939,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         if rules.answered(context: request.context, attempts: request.attempts, outcome: outcome, now: wallNow(), uniqueID: request.uniqueID),
            let laneIndex = lanes.firstIndex(where: { $0.pool === pool }) {
             pump(laneIndex)
+            // A bad device token from production goes to the app's sandbox lane.
+            if let sandbox = rules.sandboxLane(of: laneIndex) { pump(sandbox) }
         }
         scheduleBatch()
         if phase == .draining { checkDrained() }
@@ -1192,14 +1208,20 @@ final class QueueChannel {
 /// One app a worker sends for: its name (the job's `app` field), its pool and its job defaults.
 public struct WorkerApp {
     public static let defaultName = "default"
+    /// Appended to an app's name for its sandbox lane (metrics label its pool `APP/sandbox`).
+    public static let sandboxSuffix = "/sandbox"
     public let name: String
     public let pool: ConnectionPool
     public let defaults: JobDefaults
+    /// With both APNs environments (`environment: both`): the sandbox pool, which gets what
+    /// `pool` (production) answers 400 BadDeviceToken, once.
+    public let sandboxPool: ConnectionPool?
 
-    public init(name: String, pool: ConnectionPool, defaults: JobDefaults) {
+    public init(name: String, pool: ConnectionPool, defaults: JobDefaults, sandboxPool: ConnectionPool? = nil) {
         self.name = name
         self.pool = pool
         self.defaults = defaults
+        self.sandboxPool = sandboxPool
     }
 }
 

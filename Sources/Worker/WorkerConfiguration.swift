@@ -39,6 +39,10 @@ public struct WorkerConfiguration: Sendable {
     /// Consumers of the group idle this long that own no pending entry are removed
     /// (`--idle-consumer-timeout`): what scaled-down or replaced workers leave behind. 0: never.
     public var idleConsumerTimeoutMilliseconds: Int64 = 3_600_000
+    /// Device tokens a loop remembers as backed off after 429 TooManyRequests
+    /// (`--token-backoff-capacity`); the oldest is forgotten when it is full. 0: no token backoff.
+    public static let defaultTokenBackoffCapacity = 65_536
+    public var tokenBackoffCapacity = WorkerConfiguration.defaultTokenBackoffCapacity
     /// Each queue's urgent stream (`QueueKeys.urgentJobs`) is read too, before the bulk one (on in
     /// `herald worker`); off, only the bulk streams are read and due retries all go back to them.
     public var urgentLanes = true

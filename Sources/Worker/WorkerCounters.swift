@@ -21,6 +21,9 @@ public struct WorkerCounters: Sendable, Equatable {
     public var redisErrors = 0
     /// Consumers of the group removed as idle with nothing pending (`--idle-consumer-timeout`).
     public var consumersRemoved = 0
+    /// Notifications not sent because their device token was backing off after a 429 (parked in
+    /// the retry set, no attempt spent; also counted as handed back).
+    public var tokenBackoffDeferred = 0
 
     public init() {}
 
@@ -35,6 +38,7 @@ public struct WorkerCounters: Sendable, Equatable {
     public var superseded: Int { apps.reduce(0) { $0 + $1.superseded } }
     public var retried: Int { apps.reduce(0) { $0 + $1.retried } }
     public var handedBack: Int { apps.reduce(0) { $0 + $1.handedBack } }
+    public var wrongEnvironment: Int { apps.reduce(0) { $0 + $1.wrongEnvironment } }
     /// Enqueue-to-answer latency of accepted notifications, every app's together.
     public var endToEndLatency: LatencyHistogram {
         var total = LatencyHistogram()
@@ -55,6 +59,7 @@ public struct WorkerCounters: Sendable, Equatable {
         sum.unknownFields += b.unknownFields
         sum.redisErrors += b.redisErrors
         sum.consumersRemoved += b.consumersRemoved
+        sum.tokenBackoffDeferred += b.tokenBackoffDeferred
         return sum
     }
 }
@@ -69,6 +74,9 @@ public struct AppOutcomes: Sendable, Equatable {
     public var superseded = 0
     public var retried = 0
     public var handedBack = 0
+    /// Of `accepted`, those APNs took only in the app's other environment (`wrong_environment`
+    /// feedback); not an outcome of its own.
+    public var wrongEnvironment = 0
     /// Notifications handed to APNs (every attempt) by their effective `apns-priority` (the
     /// job's, else its push type's default): Apple throttles an app's priority-10 sends.
     public var sentPriority10 = 0
@@ -87,6 +95,7 @@ public struct AppOutcomes: Sendable, Equatable {
         sum.superseded += b.superseded
         sum.retried += b.retried
         sum.handedBack += b.handedBack
+        sum.wrongEnvironment += b.wrongEnvironment
         sum.sentPriority10 += b.sentPriority10
         sum.sentPriority5 += b.sentPriority5
         sum.sentPriority1 += b.sentPriority1

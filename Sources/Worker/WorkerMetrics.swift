@@ -38,6 +38,8 @@ public final class WorkerMetrics {
     private let queueSeries: [QueueSeries]
     /// Each app's `herald_last_success_timestamp_seconds`, made at its first success.
     private var lastSuccess: [LoopGauge?]
+    /// `herald_token_backoffs`: every loop's backed-off tokens, summed.
+    private let tokenBackoffs: LoopGauge
 
     struct PoolReading {
         var accepted = 0
@@ -108,6 +110,9 @@ public final class WorkerMetrics {
         let redisErrors: CoreMetrics.Counter
         let consumersRemoved: CoreMetrics.Counter
         let unknownFields: CoreMetrics.Counter
+        let tokenBackoffDeferred: CoreMetrics.Counter
+        /// `herald_wrong_environment_total{app,queue}` per lane.
+        let wrongEnvironment: [CoreMetrics.Counter]
 
         init(queue: String, apps: [String], metrics: HeraldMetrics) {
             self.queue = queue
@@ -122,6 +127,8 @@ public final class WorkerMetrics {
             redisErrors = metrics.counter("herald_redis_errors_total", q)
             consumersRemoved = metrics.counter("herald_consumers_removed_total", q)
             unknownFields = metrics.counter("herald_jobs_unknown_fields_total", q)
+            tokenBackoffDeferred = metrics.counter("herald_token_backoff_deferred_total", q)
+            wrongEnvironment = apps.map { metrics.counter("herald_wrong_environment_total", [("app", $0), ("queue", queue)]) }
         }
     }
 
@@ -145,6 +152,7 @@ public final class WorkerMetrics {
         appSeries = apps.map { AppSeries(app: $0, metrics: metrics, loops: health.loops) }
         queueSeries = queues.map { QueueSeries(queue: $0, apps: apps, metrics: metrics) }
         lastSuccess = worker.lanes.map { _ in nil }
+        tokenBackoffs = metrics.loopGauge("herald_token_backoffs", [], loops: health.loops)
         lastCounters = queues.map { _ in WorkerCounters(apps: apps.count) }
         for series in appSeries {
             metrics.histograms.declare(name: "herald_apns_request_duration_seconds", labels: series.requestDurationLabels,
@@ -214,6 +222,7 @@ public final class WorkerMetrics {
             publishCounters(all[index], previous: lastCounters[index], series: series)
         }
         lastCounters = all
+        tokenBackoffs.record(worker.rules.tokensBackingOff(now: worker.wallClockNow()), loop: loopIndex)
 
         for (laneIndex, lane) in worker.lanes.enumerated() {
             publishPool(lane, series: appSeries[laneIndex], queued: worker.rules.queued(lane: laneIndex), last: &lastPools[laneIndex])
@@ -249,6 +258,7 @@ public final class WorkerMetrics {
             WorkerMetrics.add(outcomes[3], current.retried - before.retried)
             WorkerMetrics.add(outcomes[4], current.superseded - before.superseded)
             WorkerMetrics.add(outcomes[5], current.handedBack - before.handedBack)
+            WorkerMetrics.add(series.wrongEnvironment[laneIndex], current.wrongEnvironment - before.wrongEnvironment)
             if laneIndex < appSeries.count {
                 let priority = appSeries[laneIndex].priority
                 WorkerMetrics.add(priority[0], current.sentPriority10 - before.sentPriority10)
@@ -264,6 +274,7 @@ public final class WorkerMetrics {
         WorkerMetrics.add(series.redisErrors, counters.redisErrors - previous.redisErrors)
         WorkerMetrics.add(series.consumersRemoved, counters.consumersRemoved - previous.consumersRemoved)
         WorkerMetrics.add(series.unknownFields, counters.unknownFields - previous.unknownFields)
+        WorkerMetrics.add(series.tokenBackoffDeferred, counters.tokenBackoffDeferred - previous.tokenBackoffDeferred)
         let q = [("queue", series.queue)]
         for (reason, count) in counters.deadLetteredByReason where count != previous.deadLetteredByReason[reason] {
             add("herald_jobs_dead_lettered_total", q + [("reason", reason)], count - (previous.deadLetteredByReason[reason] ?? 0))

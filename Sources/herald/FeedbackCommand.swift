@@ -14,9 +14,11 @@ extension FeedbackCommand {
             commandName: "tail",
             abstract: "Print the latest feedback entries; with --follow keep printing new ones until Ctrl-C.",
             discussion: """
-                Each entry: id, time, reason (Unregistered, BadDeviceToken, DeviceTokenNotForTopic), \
-                token (first 8 digits unless --show-tokens), topic, APNs' invalid-since timestamp (410 only) \
-                and the job it came from. A broadcast whose channel APNs does not know (ChannelNotRegistered, \
+                Each entry: id, time, reason (Unregistered, BadDeviceToken, DeviceTokenNotForTopic, or \
+                wrong_environment for a token delivered only by the app's other APNs environment), \
+                token (first 8 digits unless --show-tokens), topic, APNs' invalid-since timestamp (410 only), \
+                the environment that accepted it (wrong_environment only) and the job it came from. \
+                A broadcast whose channel APNs does not know (ChannelNotRegistered, \
                 BadChannelId) shows `channel <id>` in full instead of a token (channel ids are not secrets, and \
                 the backend needs them to stop using the channel); in --json it has channel_id instead of token. \
                 --json prints one JSON object per line.
@@ -107,12 +109,13 @@ struct FeedbackPrinter {
         var columns = [entry.id.description, HumanTime.utc(Int64(entry.id.milliseconds)), pad(entry.reason, 22),
                        pad(subject, showTokens ? 64 : 9), entry.topic]
         if let timestamp = entry.timestamp { columns.append("invalid since \(HumanTime.utc(timestamp))") }
+        if let environment = entry.environment { columns.append("accepted by \(environment)") }
         if let job = entry.job { columns.append("job \(job)") }
         return columns.joined(separator: "  ")
     }
 
     func jsonLine(_ entry: FeedbackEntry) -> String {
-        JSONValue.object([
+        var members: [(String, JSONValue)] = [
             ("id", .string(entry.id.description)),
             ("at", .string(HumanTime.iso8601(Int64(entry.id.milliseconds)))),
             ("reason", .string(entry.reason)),
@@ -120,7 +123,10 @@ struct FeedbackPrinter {
             ("topic", .string(entry.topic)),
             ("timestamp_ms", .optional(entry.timestamp)),
             ("job", .optional(entry.job)),
-        ]).rendered(pretty: false)
+        ]
+        // Only on wrong_environment entries, so the other entries' lines stay as they were.
+        if let environment = entry.environment { members.append(("environment", .string(environment))) }
+        return JSONValue.object(members).rendered(pretty: false)
     }
 
     private func pad(_ text: String, _ width: Int) -> String {

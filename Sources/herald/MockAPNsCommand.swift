@@ -42,6 +42,8 @@ struct MockAPNsCommand: ParsableCommand {
     @Option(name: .customLong("unregistered-prefix"), help: "Device tokens with this hex prefix are always 410 Unregistered (default none).") var unregisteredPrefix: String?
     @Option(name: .customLong("throttle-prefix"), help: "Device tokens with this hex prefix get 429 TooManyRequests for their first --throttle-count requests (default none).") var throttlePrefix: String?
     @Option(name: .customLong("throttle-count"), help: "How many requests per --throttle-prefix token get 429 before it is accepted.") var throttleCount = 1
+    @Option(name: .customLong("throttle-window-ms"), help: "After a 429 to a --throttle-prefix token, its requests within this many milliseconds get 429 too, each starting the window again (default 0: only the first --throttle-count).") var throttleWindowMilliseconds: Int64 = 0
+    @Option(name: .customLong("bad-token-prefix"), help: "Device tokens with one of these comma-separated hex prefixes get 400 BadDeviceToken, as tokens of the other APNs environment do (default none).") var badTokenPrefix: String?
     @Option(name: .customLong("goaway-after"), help: "Each connection sends GOAWAY (Shutdown) after this many streams (default: never).") var goAwayAfter: Int?
     @Option(name: .customLong("disconnect-after"), help: "Each connection is dropped without GOAWAY after this many streams (default: never).") var disconnectAfter: Int?
     @Option(name: .customLong("stall"), help: "Leave this share (0 to 1) of requests unanswered: no HEADERS, no RST_STREAM; PINGs and other streams are still answered.") var stall: Double = 0
@@ -81,6 +83,15 @@ struct MockAPNsCommand: ParsableCommand {
         configuration.unregisteredPrefix = unregisteredPrefix?.lowercased()
         configuration.throttlePrefix = throttlePrefix?.lowercased()
         configuration.throttleCount = throttleCount
+        guard throttleWindowMilliseconds >= 0 else { throw ValidationError("--throttle-window-ms must be 0 or more; got \(throttleWindowMilliseconds)") }
+        configuration.throttleWindowMilliseconds = throttleWindowMilliseconds
+        configuration.badTokenPrefixes = try (badTokenPrefix ?? "").split(separator: ",").map {
+            let prefix = String($0.filter { $0 != " " }).lowercased()
+            guard !prefix.isEmpty, prefix.count <= 64, prefix.allSatisfy(\.isHexDigit) else {
+                throw ValidationError("--bad-token-prefix takes comma-separated hex prefixes, e.g. 5b,dd; got \($0)")
+            }
+            return prefix
+        }
         configuration.goAwayAfterStreams = goAwayAfter
         configuration.disconnectAfterStreams = disconnectAfter
         configuration.teamID = teamID

@@ -17,7 +17,8 @@ func environment(_ name: String) -> String? {
 /// Which APNs service: production (api.push.apple.com) or sandbox (api.sandbox.push.apple.com),
 /// for development builds of an app.
 enum APNsEnvironment: String, ExpressibleByArgument, CaseIterable {
-    case production, sandbox
+    /// `both`: production first; a 400 BadDeviceToken from it is tried once on sandbox (worker only).
+    case production, sandbox, both
 }
 
 /// swift-log's levels, as a closed set so help and shell completion list them.
@@ -58,7 +59,7 @@ struct LogOptions: ParsableArguments {
 
 /// Where APNs is and how many connections and streams to use.
 struct APNsTargetOptions: ParsableArguments {
-    @Option(help: "APNs environment; picks the APNs host unless --apns-host is given (env HERALD_ENVIRONMENT; default production).")
+    @Option(help: "APNs environment: production, sandbox, or both (the worker sends to production and tries a token production calls BadDeviceToken once on sandbox; other commands use production); picks the APNs host unless --apns-host is given (env HERALD_ENVIRONMENT; default production).")
     var environment: APNsEnvironment?
 
     @Option(name: .customLong("apns-host"), help: "Override the APNs host, e.g. 127.0.0.1 for the emulator (env HERALD_APNS_HOST; default api.push.apple.com, or api.sandbox.push.apple.com with --environment sandbox).")
@@ -112,19 +113,49 @@ struct APNsTargetOptions: ParsableArguments {
         return configuration
     }
 
+    /// With environment `both`: the sandbox pool beside `production` (same connections, streams,
+    /// CA and timeouts; its own host and port, from `sandbox`'s flags, HERALD_* or the file).
+    /// Nil for one environment.
+    func sandboxPoolConfiguration(production: PoolConfiguration, sandbox: SandboxTargetOptions?,
+                                  file: ConfigFile.App? = nil) throws -> PoolConfiguration? {
+        try APNsTargetOptions.sandboxPoolConfiguration(
+            environment: environment?.rawValue ?? environmentValue("ENVIRONMENT") ?? file?.environment, production: production,
+            host: sandbox?.apnsSandboxHost ?? environmentValue("APNS_SANDBOX_HOST") ?? file?.apnsSandboxHost,
+            port: try sandbox?.apnsSandboxPort ?? intEnvironment("APNS_SANDBOX_PORT") ?? file?.apnsSandboxPort)
+    }
+
+    static func sandboxPoolConfiguration(environment: String?, production: PoolConfiguration, host: String?, port: Int?) throws -> PoolConfiguration? {
+        guard environment == APNsEnvironment.both.rawValue else { return nil }
+        var sandbox = production
+        sandbox.host = host ?? PoolConfiguration.sandboxHost
+        sandbox.port = port ?? 443
+        guard (1...65_535).contains(sandbox.port) else { throw ValidationError("the sandbox APNs port must be 1 to 65535, not \(sandbox.port)") }
+        return sandbox
+    }
+
     static func poolConfiguration(environment: String?, host: String?, port: Int?, caFile: String?,
                                   connections: Int?, maxStreams: Int?) throws -> PoolConfiguration {
         let environmentName = environment ?? "production"
         guard let apnsEnvironment = APNsEnvironment(rawValue: environmentName) else {
-            throw CommandFailure.configuration("the APNs environment (HERALD_ENVIRONMENT or environment) must be production or sandbox, not \(environmentName)")
+            throw CommandFailure.configuration("the APNs environment (HERALD_ENVIRONMENT or environment) must be production, sandbox or both, not \(environmentName)")
         }
-        let host = host ?? (apnsEnvironment == .production ? PoolConfiguration.productionHost : PoolConfiguration.sandboxHost)
+        let host = host ?? (apnsEnvironment == .sandbox ? PoolConfiguration.sandboxHost : PoolConfiguration.productionHost)
         let connections = connections ?? 4
         let maxStreams = maxStreams ?? 1000
         guard (1...64).contains(connections) else { throw ValidationError("connections must be 1 to 64, not \(connections)") }
         guard (1...10_000).contains(maxStreams) else { throw ValidationError("max streams must be 1 to 10000, not \(maxStreams)") }
         return PoolConfiguration(host: host, port: port ?? 443, connections: connections, maxStreams: maxStreams, caFile: caFile)
     }
+}
+
+/// The sandbox host of an app with both environments (`--environment both`): the worker's only,
+/// since `herald send` sends to production alone.
+struct SandboxTargetOptions: ParsableArguments {
+    @Option(name: .customLong("apns-sandbox-host"), help: "With --environment both: override the sandbox APNs host (env HERALD_APNS_SANDBOX_HOST; default api.sandbox.push.apple.com). --apns-host then names the production host.")
+    var apnsSandboxHost: String?
+
+    @Option(name: .customLong("apns-sandbox-port"), help: "With --environment both: override the sandbox APNs port (env HERALD_APNS_SANDBOX_PORT; default 443).")
+    var apnsSandboxPort: Int?
 }
 
 /// The provider-token credentials of one app.

@@ -30,6 +30,7 @@ struct WorkerCommand: ParsableCommand {
 
     @OptionGroup(title: "Redis") var queueOptions: QueueOptions
     @OptionGroup(title: "APNs") var target: APNsTargetOptions
+    @OptionGroup(title: "APNs") var sandboxTarget: SandboxTargetOptions
     @OptionGroup(title: "Provider-token credentials") var credentials: CredentialsOptions
 
     @Option(name: .customLong("bundle-id"), help: "The app's bundle id: jobs without a topic use it plus the push type's suffix (env HERALD_BUNDLE_ID; default none: jobs must carry a topic).")
@@ -42,6 +43,7 @@ struct WorkerCommand: ParsableCommand {
     @Option(name: .customLong("max-attempts"), help: "Attempts per notification before it is dead-lettered, 1 to 1000 (env HERALD_MAX_ATTEMPTS; default 8).") var maxAttempts: Int?
     @Option(name: .customLong("max-deliveries"), help: "Deliveries of one entry to workers before it is dead-lettered, 1 to 1000000 (env HERALD_MAX_DELIVERIES; default 10).") var maxDeliveries: Int?
     @Option(name: .customLong("drain-timeout"), help: "Seconds to finish in-flight notifications on SIGTERM, 0 to 3600 (env HERALD_DRAIN_TIMEOUT; default 30).") var drainTimeout: Int?
+    @Option(name: .customLong("token-backoff-capacity"), help: "Device tokens each event loop remembers as backing off after APNs answered 429 TooManyRequests (their other notifications wait in the retry set until the backoff passes; the oldest is forgotten when full), 0 (off) to 10000000 (env HERALD_TOKEN_BACKOFF_CAPACITY; default 65536).") var tokenBackoffCapacity: Int?
     @Option(help: "Event loops in this process, each with its own connections, 1 to 64 (env HERALD_THREADS; default 1).") var threads: Int?
     @Option(help: "Consumer name prefix in the group, unique per process (env HERALD_CONSUMER; default HOST-PID); the loop index is appended.") var consumer: String?
     @OptionGroup(title: "Logging") var log: LogOptions
@@ -93,6 +95,10 @@ struct WorkerCommand: ParsableCommand {
         let drainSeconds = try drainTimeout ?? intEnvironment("DRAIN_TIMEOUT") ?? file?.drainTimeout ?? 30
         guard (0...3_600).contains(drainSeconds) else { throw outOfRange(flagGiven: drainTimeout != nil, "--drain-timeout must be 0 to 3600 seconds, not \(drainSeconds)") }
         base.drainTimeoutMilliseconds = Int64(drainSeconds) * 1000
+        base.tokenBackoffCapacity = try tokenBackoffCapacity ?? intEnvironment("TOKEN_BACKOFF_CAPACITY") ?? file?.tokenBackoffCapacity ?? base.tokenBackoffCapacity
+        guard (0...10_000_000).contains(base.tokenBackoffCapacity) else {
+            throw outOfRange(flagGiven: tokenBackoffCapacity != nil, "--token-backoff-capacity must be 0 (off) to 10000000, not \(base.tokenBackoffCapacity)")
+        }
         guard (1...100_000).contains(base.batch) else { throw outOfRange(flagGiven: batch != nil, "--batch must be 1 to 100000, not \(base.batch)") }
         guard (1...1_000).contains(base.maxAttempts) else { throw outOfRange(flagGiven: maxAttempts != nil, "--max-attempts must be 1 to 1000, not \(base.maxAttempts)") }
         guard (1...1_000_000).contains(base.maxDeliveries) else { throw outOfRange(flagGiven: maxDeliveries != nil, "--max-deliveries must be 1 to 1000000, not \(base.maxDeliveries)") }
@@ -174,7 +180,19 @@ struct WorkerCommand: ParsableCommand {
                             try ConnectionPool(loop: thread.loop, configuration: app.pool, tokens: tokens, logger: appLogger)
                         }
                         pool.credentialsReloader = app.credentials?.reloader
-                        workerApps.append(WorkerApp(name: app.name, pool: pool, defaults: app.defaults))
+                        // Both environments: a second pool with the same credentials (provider
+                        // tokens and certificates are valid for either environment's host).
+                        var sandboxPool: ConnectionPool? = nil
+                        if let sandbox = app.sandboxPool {
+                            var sandboxLogger = appLogger
+                            sandboxLogger[metadataKey: "environment"] = "sandbox"
+                            let made = try CommandFailure.configuring {
+                                try ConnectionPool(loop: thread.loop, configuration: sandbox, tokens: tokens, logger: sandboxLogger)
+                            }
+                            made.credentialsReloader = app.credentials?.reloader
+                            sandboxPool = made
+                        }
+                        workerApps.append(WorkerApp(name: app.name, pool: pool, defaults: app.defaults, sandboxPool: sandboxPool))
                     }
                     let worker = QueueWorker(loop: thread.loop, configuration: consumerConfig, apps: workerApps, redis: endpoint,
                                              sentinel: sentinel, logger: threadLogger)
@@ -197,7 +215,7 @@ struct WorkerCommand: ParsableCommand {
         for app in apps {
             logger.info("worker started", metadata: [
                 "version": "\(HeraldVersion.string)", "commit": "\(HeraldVersion.commit)",
-                "queue": "\(queues.map(\.queue).joined(separator: ","))", "redis": "\(clusterSeeds?.description ?? sentinel.map { "sentinel \($0.summary)" } ?? endpoint.description)", "app": "\(app.name)", "apns": "\(app.pool.host):\(app.pool.port)",
+                "queue": "\(queues.map(\.queue).joined(separator: ","))", "redis": "\(clusterSeeds?.description ?? sentinel.map { "sentinel \($0.summary)" } ?? endpoint.description)", "app": "\(app.name)", "apns": "\(app.pool.host):\(app.pool.port)\(app.sandboxPool.map { " and sandbox \($0.host):\($0.port)" } ?? "")",
                 "auth": "\(app.credentials == nil ? "certificate" : "token")", "threads": "\(threadCount)",
                 "connections": "\(app.pool.connections)", "max_streams": "\(app.pool.maxStreams)",
             ])
@@ -222,6 +240,8 @@ struct WorkerCommand: ParsableCommand {
 struct ResolvedApp: Sendable {
     let name: String
     let pool: PoolConfiguration
+    /// With environment `both`: the sandbox pool beside `pool` (production).
+    var sandboxPool: PoolConfiguration? = nil
     let credentials: ResolvedCredentials?
     let defaults: JobDefaults
 }
@@ -263,14 +283,16 @@ extension WorkerCommand {
     }
 
     func resolveApps(file: ConfigFile?) throws -> [ResolvedApp] {
-        try Herald.resolveApps(file: file, target: target, credentials: credentials, bundleID: bundleID)
+        try Herald.resolveApps(file: file, target: target, sandbox: sandboxTarget, credentials: credentials, bundleID: bundleID)
     }
 }
 
 extension Herald {
     /// The apps a worker (or `herald send --app`) serves: `default` from flags and HERALD_* (over
     /// the file's `default`), and every other app of the config file.
-    static func resolveApps(file: ConfigFile?, target: APNsTargetOptions, credentials: CredentialsOptions, bundleID: String?) throws -> [ResolvedApp] {
+    /// `sandbox`: the worker's sandbox host flags (nil for `herald send`, which sends to production only).
+    static func resolveApps(file: ConfigFile?, target: APNsTargetOptions, sandbox: SandboxTargetOptions? = nil,
+                            credentials: CredentialsOptions, bundleID: String?) throws -> [ResolvedApp] {
         var result: [ResolvedApp] = []
         let fileApps = file?.apps ?? [:]
         let names = Set(fileApps.keys).union(fileApps.isEmpty || credentials.anyGiven ? [WorkerApp.defaultName] : [])
@@ -292,8 +314,13 @@ extension Herald {
             }
             pool.responseTimeoutMilliseconds = try target.responseTimeoutMilliseconds()
             pool.pingIntervalMilliseconds = try target.pingIntervalMilliseconds()
+            let sandboxPool = isDefault
+                ? try target.sandboxPoolConfiguration(production: pool, sandbox: sandbox, file: fileApp)
+                : try APNsTargetOptions.sandboxPoolConfiguration(environment: fileApp?.environment, production: pool,
+                                                                 host: fileApp?.apnsSandboxHost, port: fileApp?.apnsSandboxPort)
             let bundle = isDefault ? (bundleID ?? environmentValue("BUNDLE_ID") ?? fileApp?.bundleID) : fileApp?.bundleID
-            result.append(ResolvedApp(name: name, pool: pool, credentials: tokenCredentials, defaults: JobDefaults(bundleID: bundle)))
+            result.append(ResolvedApp(name: name, pool: pool, sandboxPool: sandboxPool, credentials: tokenCredentials,
+                                      defaults: JobDefaults(bundleID: bundle)))
         }
         return result
     }

@@ -86,7 +86,7 @@ extension IntegrationTests {
 
                 let levels = ["trace", "debug", "info", "notice", "warning", "error", "critical"]
                 let expectedValues: [String: [String]] = [
-                    "log-level": levels, "log-format": ["text", "json", "logfmt"], "environment": ["production", "sandbox"],
+                    "log-level": levels, "log-format": ["text", "json", "logfmt"], "environment": ["production", "sandbox", "both"],
                     "push-type": ["alert", "background", "location", "voip", "complication", "fileprovider", "mdm",
                                   "liveactivity", "pushtotalk", "widgets", "controls"],
                     "priority": ["10", "5", "1"],
@@ -105,7 +105,7 @@ extension IntegrationTests {
                 #expect(help.status == 0)
                 let text = help.stdout.split(whereSeparator: { $0 == " " || $0 == "\n" }).joined(separator: " ")
                 #expect(text.contains("values: trace, debug, info, notice, warning, error, critical"), "\(help.stdout)")
-                #expect(text.contains("values: production, sandbox"))
+                #expect(text.contains("values: production, sandbox, both"))
                 // Shell completion offers the same values.
                 let bash = try await CLIRun(bed, ["--generate-completion-script", "bash"])
                 #expect(bash.status == 0)
@@ -215,6 +215,11 @@ extension IntegrationTests {
                     (["worker", "--redis", bed.redis.url, "--no-metrics", "--batch", "0"], [:], 64, "--batch must be 1 to 100000"),
                     (["worker", "--redis", bed.redis.url, "--no-metrics"], ["HERALD_BATCH": "0"], 78, "--batch must be 1 to 100000"),
                     (["worker", "--redis", bed.redis.url, "--no-metrics"], ["HERALD_DRAIN_TIMEOUT": "9999"], 78, "--drain-timeout must be"),
+                    (["worker", "--redis", bed.redis.url, "--no-metrics", "--token-backoff-capacity", "20000000"], [:], 64,
+                     "--token-backoff-capacity must be 0 (off) to 10000000"),
+                    (["worker", "--redis", bed.redis.url, "--no-metrics"], ["HERALD_TOKEN_BACKOFF_CAPACITY": "99999999"], 78,
+                     "--token-backoff-capacity must be"),
+                    (["worker", "--redis", bed.redis.url, "--no-metrics"], ["HERALD_ENVIRONMENT": "staging"], 78, "production, sandbox or both"),
                     (["stats", "--redis", bed.redis.url], [:], 0, "default"),
                 ]
                 for item in cases {

@@ -22,8 +22,10 @@ final class OperationsBed: @unchecked Sendable {
     }
 
     /// Starts `herald mock-apns` with its certificate and a fresh provider key in this bed's directory.
-    func startEmulator(_ extra: [String] = []) async throws -> MockAPNsProcess {
-        let emulator = try await MockAPNsProcess(directory: directory, index: processes.count, extra: extra)
+    /// With `verifying`, it checks tokens against that key (another emulator's `keyPath`) instead:
+    /// two emulators for one app's two APNs environments.
+    func startEmulator(_ extra: [String] = [], verifying: String? = nil) async throws -> MockAPNsProcess {
+        let emulator = try await MockAPNsProcess(directory: directory, index: processes.count, extra: extra, verifying: verifying)
         processes.append(emulator.process)
         return emulator
     }
@@ -158,12 +160,13 @@ final class MockAPNsProcess: @unchecked Sendable {
     let statsPath: String
     let port: Int
 
-    init(directory: TemporaryDirectory, index: Int, extra: [String]) async throws {
+    init(directory: TemporaryDirectory, index: Int, extra: [String], verifying: String? = nil) async throws {
         certificatePath = directory.path("mock-\(index).pem")
-        keyPath = directory.path("mock-\(index).p8")
+        keyPath = verifying ?? directory.path("mock-\(index).p8")
         statsPath = directory.path("mock-\(index)-stats.json")
+        let key = verifying.map { ["--jwt-key", $0, "--team-id", "TEAM000001", "--key-id", "KEY0000001"] } ?? ["--write-key", keyPath]
         process = try HeraldProcess(
-            arguments: ["mock-apns", "--port", "0", "--cert-out", certificatePath, "--write-key", keyPath, "--stats-out", statsPath] + extra,
+            arguments: ["mock-apns", "--port", "0", "--cert-out", certificatePath, "--stats-out", statsPath] + key + extra,
             directory: directory, index: index)
         var found = 0
         let process = self.process

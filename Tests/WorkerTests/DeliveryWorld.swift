@@ -30,6 +30,8 @@ final class DeliveryWorld {
         var spent: Int
         var accepted = false
         var sends = 0
+        /// Production answered BadDeviceToken (with `sandbox`): from then on it goes to sandbox.
+        var redirected = false
     }
 
     /// One entry the world put on the stream and what it expects of it.
@@ -54,7 +56,7 @@ final class DeliveryWorld {
     private var nextSequence: UInt64 = 0
 
     /// Sent and not yet answered, per app: the pool's streams.
-    private var inFlight: [[NotificationSend]] = [[], []]
+    private var inFlight: [[NotificationSend]]
     /// Taken batches written to Redis whose EXEC has not answered, oldest first.
     private var written: [OutcomeBatch] = []
     private var connected = true
@@ -63,24 +65,40 @@ final class DeliveryWorld {
     private var outcomes: [StreamEntryID: EntryOutcome] = [:]
     /// Entries whose outcome the rules produced (taken in a batch): nothing of theirs may be sent after.
     private var finalized: Set<StreamEntryID> = []
-    private var halted = [false, false]
+    private var halted: [Bool]
+    /// With `sandbox`: app `default` has both APNs environments, its sandbox pool lane 2.
+    let sandbox: Bool
+    /// The rules' lanes: the two apps, and `default`'s sandbox lane when `sandbox`.
+    let laneCount: Int
+    /// Tokens sandbox accepted after production's BadDeviceToken: they go straight to sandbox.
+    private var sandboxTokens: Set<String> = []
 
     /// How many queues the world's jobs come from (`q0`, `q1`, … when more than one).
     let queues: Int
 
+    /// When each token was last answered 429 TooManyRequests: no notification for it may be sent
+    /// within its backoff (at least 800 ms: 1 s less the jitter) while the table can hold every token.
+    private var throttledAt: [String: Int64] = [:]
+
     /// `results`: every queue writes receipts, and each outcome is checked to carry exactly one
     /// result per notification that ended (none for those put in the retry set).
-    init(maxAttempts: Int, immediateRetries: Int, maxDeliveries: Int, seed: UInt64, queues: Int = 1, results: Bool = false) {
+    init(maxAttempts: Int, immediateRetries: Int, maxDeliveries: Int, seed: UInt64, queues: Int = 1, results: Bool = false,
+         tokenBackoffCapacity: Int = DeliveryPolicy().tokenBackoffCapacity, sandbox: Bool = false) {
         self.queues = queues
+        self.sandbox = sandbox
+        laneCount = sandbox ? 3 : 2
+        inFlight = Array(repeating: [], count: laneCount)
+        halted = Array(repeating: false, count: laneCount)
         var policy = DeliveryPolicy()
+        policy.tokenBackoffCapacity = tokenBackoffCapacity
         policy.maxAttempts = maxAttempts
         policy.immediateRetries = immediateRetries
         policy.maxDeliveries = maxDeliveries
         self.policy = policy
         var defaults = JobDefaults(bundleID: "com.example.app")
         defaults.apnsIDNamespace = "default"
-        rules = DeliveryRules(policy: policy, apps: DeliveryWorld.apps.map { ($0, defaults) },
-                              queues: queues > 1 ? (0..<queues).map { "q\($0)" } : nil, seed: seed)
+        rules = DeliveryRules(policy: policy, apps: (DeliveryWorld.apps + (sandbox ? ["default/sandbox"] : [])).map { ($0, defaults) },
+                              queues: queues > 1 ? (0..<queues).map { "q\($0)" } : nil, seed: seed, sandboxTwins: sandbox ? [0: 2] : [:])
         // With several queues the last is an urgent stream (priority lanes): its tokens jump the
         // others', and every rule above must hold for it all the same.
         if queues > 1 { rules.urgentQueues = (0..<queues).map { $0 == queues - 1 } }
@@ -100,7 +118,7 @@ final class DeliveryWorld {
         switch word % 16 {
         case 0, 1, 2: read(count: Int(random.next() % 3) + 1, claimedDeliveries: nil, &random)
         case 3: read(count: Int(random.next() % 2) + 1, claimedDeliveries: Int(random.next() % UInt64(policy.maxDeliveries + 2)) + 1, &random)
-        case 4, 5, 6: pump(lane: Int(random.next() % 2), slots: Int(random.next() % 8) + 1, refuseLast: random.next() % 5 == 0)
+        case 4, 5, 6: pump(lane: Int(random.next() % UInt64(laneCount)), slots: Int(random.next() % 8) + 1, refuseLast: random.next() % 5 == 0)
         case 7, 8, 9: answerOne(&random)
         case 10: tick()
         case 11: confirmOldest()
@@ -111,8 +129,8 @@ final class DeliveryWorld {
             log.append("now \(now)")
         default:
             switch random.next() % 10 {
-            case 0, 1, 2: halt(lane: Int(random.next() % 2))
-            case 3, 4, 5, 6: resume(lane: Int(random.next() % 2))
+            case 0, 1, 2: halt(lane: Int(random.next() % UInt64(laneCount)))
+            case 3, 4, 5, 6: resume(lane: Int(random.next() % UInt64(laneCount)))
             case 7: drain()
             default: break
             }
@@ -222,13 +240,23 @@ final class DeliveryWorld {
         if let expiration = entry.expiration, expiration > 0, expiration <= Int64.max / 1000, expiration * 1000 <= now {
             violation("sent \(key) at \(now) after its apns-expiration \(expiration)")
         }
+        if let at = throttledAt[token], now < at + 800, policy.tokenBackoffCapacity >= DeliveryWorld.tokenPool.count {
+            violation("sent \(key) at \(now), \(now - at) ms after APNs answered 429 TooManyRequests for its token (it should back off)")
+        }
         if send.attempts >= policy.maxAttempts { violation("sent \(key) with \(send.attempts) attempts spent (max \(policy.maxAttempts))") }
         if send.attempts != note.spent { violation("sent \(key) stating \(send.attempts) attempts; the world counts \(note.spent)") }
         if send.notification.apnsIDBits != StableID.bits(namespace: namespace(entry.queue), origin: entry.id, token: token) {
             violation("sent \(key) with an apns-id not derived in its queue's namespace \(namespace(entry.queue))")
         }
-        let expectedLane = entry.fields.contains { $0.name == "app" && $0.value == Array("second".utf8) } ? 1 : 0
-        if lane != expectedLane { violation("sent \(key) on app \(lane), its job names app \(expectedLane)") }
+        var expectedLane = entry.fields.contains { $0.name == "app" && $0.value == Array("second".utf8) } ? 1 : 0
+        // After production's BadDeviceToken, `default`'s notification goes to its sandbox lane
+        // (only then), and straight there for a token sandbox accepted before.
+        if note.redirected || (expectedLane == 0 && lane == 2 && sandboxTokens.contains(token)) { expectedLane = 2 }
+        if lane != expectedLane { violation("sent \(key) on lane \(lane), expected lane \(expectedLane) (redirected \(note.redirected))") }
+        if lane == 0, sandboxTokens.contains(token), !halted[2] {
+            violation("sent \(key) to production after sandbox had accepted its token")
+        }
+        if lane == 2 { note.redirected = true }
         note.sends += 1
         notes[key] = note
     }
@@ -256,7 +284,7 @@ final class DeliveryWorld {
     ]
 
     private func answerOne(_ random: inout SplitMix64) {
-        let lane = Int(random.next() % 2)
+        let lane = Int(random.next() % UInt64(laneCount))
         guard !inFlight[lane].isEmpty else { return }
         let send = inFlight[lane].remove(at: Int(random.next() % UInt64(inFlight[lane].count)))
         let picked = DeliveryWorld.answers[Int(random.next() % UInt64(DeliveryWorld.answers.count))]
@@ -273,10 +301,22 @@ final class DeliveryWorld {
             // The pool stops sending before it reports the answer, and hands over what it held.
             haltLane(lane, handingOver: Int(reported % 3))
         }
-        if counts, var note = notes[key] {
+        if sandbox, lane == 0, outcome == ResponseClassifier.classify(status: 400, reason: .badDeviceToken, timestamp: nil),
+           var note = notes[key] {
+            // Production's BadDeviceToken: tried once on sandbox (or parked), spending no attempt.
+            note.redirected = true
+            notes[key] = note
+        } else if counts, var note = notes[key] {
             note.spent = max(note.spent, reported)
             if outcome == .accepted { note.accepted = true }
             notes[key] = note
+        }
+        if case .retryTokenLater = outcome { throttledAt[send.notification.deviceToken] = now }
+        if sandbox, lane == 2 {
+            if outcome == .accepted { sandboxTokens.insert(send.notification.deviceToken) }
+            if outcome == ResponseClassifier.classify(status: 400, reason: .badDeviceToken, timestamp: nil) {
+                sandboxTokens.remove(send.notification.deviceToken)
+            }
         }
         rules.answered(context: send.context, attempts: reported, outcome: outcome, now: now)
     }
@@ -323,7 +363,7 @@ final class DeliveryWorld {
             }
             if finalized.contains(entry.entryID) { violation("entry \(entry.entryID) finished twice") }
             finalized.insert(entry.entryID)
-            for lane in 0..<2 where inFlight[lane].contains(where: { $0.entryID == entry.entryID }) {
+            for lane in 0..<laneCount where inFlight[lane].contains(where: { $0.entryID == entry.entryID }) {
                 violation("entry \(entry.entryID) taken for acknowledgement while one of its notifications is in flight")
             }
             check(entry)
@@ -403,6 +443,12 @@ final class DeliveryWorld {
         for token in entry.tokens where notes[DeliveryWorld.key(entry.id, token)]?.accepted == true { record(token, "accepted") }
         for write in outcome.writes {
             switch write {
+            case .feedback(let draft) where draft.reason == DeliveryRules.wrongEnvironmentReason:
+                // Not an outcome of its own: the notification was accepted, by sandbox.
+                let note = notes[DeliveryWorld.key(entry.id, draft.token)]
+                if !sandbox || note?.accepted != true || note?.redirected != true || draft.environment != "sandbox" {
+                    violation("wrong_environment feedback for \(draft.token.suffix(8)) of \(entry.id) not accepted by sandbox after production's BadDeviceToken: \(String(describing: note))")
+                }
             case .feedback(let draft):
                 record(draft.token, "feedback")
                 if draft.job != entry.id.description { violation("feedback for \(draft.token) names job \(draft.job), not \(entry.id)") }
@@ -486,8 +532,8 @@ final class DeliveryWorld {
         var rounds = 0
         while rounds < 1_000 {
             rounds += 1
-            for lane in 0..<2 { pump(lane: lane, slots: 1_000, refuseLast: false) }
-            for lane in 0..<2 {
+            for lane in 0..<laneCount { pump(lane: lane, slots: 1_000, refuseLast: false) }
+            for lane in 0..<laneCount {
                 while let send = inFlight[lane].first {
                     inFlight[lane].removeFirst()
                     answer(send, lane: lane, outcome: .accepted, counts: true, reported: send.attempts + 1)
@@ -520,7 +566,13 @@ final class DeliveryWorld {
             let app = entry.fields.first { $0.name == "app" }.map { String(decoding: $0.value, as: UTF8.self) } ?? "default"
             if let lane = DeliveryWorld.apps.firstIndex(of: app) { readPerApp[lane] += notifications } else { readUnattributed += notifications }
         }
-        if counters.apps.count != DeliveryWorld.apps.count { violation("\(counters.apps.count) apps counted, \(DeliveryWorld.apps.count) configured") }
+        if sandbox {
+            if counters.apps.count != laneCount || counters.apps[2] != AppOutcomes() {
+                violation("the sandbox lane counted outcomes of its own: \(counters.apps)")
+            }
+            let wrong = notes.values.filter { $0.accepted && $0.redirected }.count
+            if counters.wrongEnvironment != wrong { violation("wrong environment: rules count \(counters.wrongEnvironment), APNs-by-sandbox \(wrong)") }
+        } else if counters.apps.count != DeliveryWorld.apps.count { violation("\(counters.apps.count) apps counted, \(DeliveryWorld.apps.count) configured") }
         for (lane, outcomes) in counters.apps.enumerated() where lane < readPerApp.count {
             let endedForApp = outcomes.accepted + outcomes.deadTokens + outcomes.deadLettered + outcomes.superseded + outcomes.retried
                 + outcomes.handedBack

@@ -29,11 +29,19 @@ class TokenStore:
         self.registered_at.pop(token.lower(), None)  # e.g. DELETE FROM devices WHERE token = ...
         print(f"forget {token[:8]}… {topic} {reason}")
 
+    def move_to_environment(self, token, topic, environment):
+        # The token is good, in the other APNs environment: e.g. UPDATE devices SET environment = ...
+        print(f"move   {token[:8]}… {topic} to {environment}")
+
 
 def handle(store, entry_id, fields):
     token = fields[b"token"].decode()
     topic = fields[b"topic"].decode()
-    reason = fields[b"reason"].decode()  # Unregistered, ExpiredToken, BadDeviceToken, DeviceTokenNotForTopic
+    reason = fields[b"reason"].decode()  # Unregistered, ExpiredToken, BadDeviceToken, DeviceTokenNotForTopic, wrong_environment
+    if reason == "wrong_environment":
+        # Delivered, but only by the other APNs environment: not dead, fix the record.
+        store.move_to_environment(token, topic, fields[b"environment"].decode())
+        return
     # APNs' own time for a 410; otherwise the moment Herald wrote the entry (its id is ms-seq).
     dead_since_ms = int(fields.get(b"timestamp") or entry_id.split(b"-")[0])
     store.forget_if_not_renewed(token, topic, reason, dead_since_ms)
