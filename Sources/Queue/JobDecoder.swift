@@ -17,6 +17,8 @@ public enum JobDecoder {
         var origin: String? = nil
         var enqueuedAtText: String? = nil
         var idBase: String? = nil
+        var deliverAtBytes: [UInt8]? = nil
+        var scheduled = false
         var unknown = 0
         for (name, value) in fields {
             switch name {
@@ -34,6 +36,8 @@ public enum JobDecoder {
             case JobField.enqueuedAt: enqueuedAtText = text(value)
             case JobField.idBase: idBase = text(value)
             case JobField.app, JobField.retryID: break
+            case JobField.deliverAt: deliverAtBytes = value
+            case JobField.scheduled: scheduled = !value.isEmpty
             default: unknown += 1
             }
         }
@@ -62,6 +66,12 @@ public enum JobDecoder {
             originID = parsed
         } else {
             origin = nil
+        }
+        // Checked even when the job was already held for it (`scheduled`): a dead letter of a bad value says so at once.
+        var deliverAt: Int64? = nil
+        if let deliverAtBytes, !deliverAtBytes.isEmpty {
+            guard let value = DeliverAt.parse(deliverAtBytes) else { return .failure(.badDeliverAt(text(deliverAtBytes))) }
+            if !scheduled { deliverAt = value }
         }
         var tokenList: [String] = []
         // Tokens are hex; APNs and the feedback stream use lowercase, so fold once here.
@@ -106,7 +116,7 @@ public enum JobDecoder {
             do { try template.validate() } catch { return .failure(.notification(error)) }
             return .success(makeJob(entryID: entryID, fields: fields, tokens: tokenList, invalid: [], template: template,
                                     id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt, attempts: attempts,
-                                    unknown: unknown, defaults: defaults))
+                                    unknown: unknown, defaults: defaults, deliverAt: deliverAt))
         }
         var valid: [String] = []
         valid.reserveCapacity(tokenList.count)
@@ -131,13 +141,14 @@ public enum JobDecoder {
         }
         return .success(makeJob(entryID: entryID, fields: fields, tokens: valid, invalid: invalid, template: template,
                                 id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt, attempts: attempts,
-                                unknown: unknown, defaults: defaults))
+                                unknown: unknown, defaults: defaults, deliverAt: deliverAt))
     }
 
     private static func makeJob(
         entryID: StreamEntryID, fields: [(name: String, value: [UInt8])], tokens: [String],
         invalid: [(String, NotificationError)], template: Notification, id: String?, idBase: String?,
-        origin: String?, originID: StreamEntryID?, enqueuedAt: Int64?, attempts: Int, unknown: Int, defaults: JobDefaults
+        origin: String?, originID: StreamEntryID?, enqueuedAt: Int64?, attempts: Int, unknown: Int, defaults: JobDefaults,
+        deliverAt: Int64? = nil
     ) -> Job {
         var template = template
         template.deviceToken = ""
@@ -153,7 +164,7 @@ public enum JobDecoder {
             explicitAPNsID: tokens.count + invalid.count == 1 && idBase == nil ? explicitID : nil,
             apnsIDBaseText: idBase ?? explicitID ?? origin,
             apnsIDNamespace: defaults.apnsIDNamespace,
-            attempts: attempts, unknownFields: unknown)
+            attempts: attempts, unknownFields: unknown, deliverAt: deliverAt)
     }
 
     @inline(__always)
