@@ -44,7 +44,7 @@ public struct OutcomeBatch: Sendable {
                 switch write {
                 case .feedback(let draft): connection.send(draft.command(stream: keys.feedback, maxLength: maxLength))
                 case .deadLetter(let draft): connection.send(draft.command(stream: keys.dead, maxLength: maxLength))
-                case .retry(let retry): connection.send(retry.command(key: keys.retry))
+                case .retry(let retry): connection.send(retry.command(key: retry.scheduled ? keys.scheduled : keys.retry))
                 }
             }
         }

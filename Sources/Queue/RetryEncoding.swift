@@ -46,9 +46,12 @@ public struct RetryEntry: Sendable {
     public let attempts: Int
     /// When the retry is due, ms since the epoch (the member's score).
     public let dueAt: Int64
+    /// A job held for its `deliver_at`: written to the scheduled set (`QueueKeys.scheduled`), not
+    /// the retry set, and marked `scheduled` so it is sent when promoted (see `JobField.scheduled`).
+    public let scheduled: Bool
 
     /// The retry entry of `tokens` of `job`, with `attempts` spent; `retryID` makes the member unique.
-    public init(job: Job, tokens: [String], attempts: Int, retryID: String, dueAt: Int64) {
+    public init(job: Job, tokens: [String], attempts: Int, retryID: String, dueAt: Int64, scheduled: Bool = false) {
         var fields = job.fields.filter { $0.name != JobField.token && $0.name != JobField.tokens && !JobField.herald.contains($0.name) }
         if tokens.count == 1 {
             fields.append((JobField.token, Array(tokens[0].utf8)))
@@ -64,7 +67,9 @@ public struct RetryEntry: Sendable {
         }
         fields.append((JobField.enqueuedAt, Array(String(job.enqueuedAt).utf8)))
         fields.append((JobField.retryID, Array(retryID.utf8)))
+        if scheduled { fields.append((JobField.scheduled, Array(String(dueAt).utf8))) }
         self.fields = fields
+        self.scheduled = scheduled
         self.tokens = tokens
         self.attempts = attempts
         self.dueAt = dueAt
@@ -102,15 +107,30 @@ public enum QueueScripts {
         return removed
         """
 
-    /// Moves up to ARGV[2] retry-set members due by ARGV[1] (ms) back into the job stream, atomically.
-    /// KEYS[1] = retry set, KEYS[2] = job stream. Returns how many moved.
+    /// Moves up to ARGV[2] members due by ARGV[1] (ms) of a sorted set (the retry set, or the
+    /// scheduled set of jobs held for `deliver_at`) back into the job stream, atomically.
+    /// KEYS[1] = the set, KEYS[2] = job stream. Returns how many moved.
+    ///
+    /// ARGV[3] (optional, 0 = none) bounds the stream's backlog: only while XLEN is below it, and
+    /// never past it, so a million members due at once stay in the set (the cheap backlog) and
+    /// enter the stream as fast as workers send them. A full batch (the reply equals ARGV[2])
+    /// tells the caller to call again at once; each call is one short atomic step, so several
+    /// workers may promote the same set concurrently and Redis is never blocked for long.
+    /// The members taken are the lowest-ranked ones, so one ZREMRANGEBYRANK removes them all.
     public static let promoteDueRetries = """
-        local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+        local limit = tonumber(ARGV[2])
+        local backlog = tonumber(ARGV[3] or '0')
+        if backlog > 0 then
+          local room = backlog - redis.call('XLEN', KEYS[2])
+          if room <= 0 then return 0 end
+          if room < limit then limit = room end
+        end
+        local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, limit)
         for _, member in ipairs(due) do
           local fields = cjson.decode(member)
           redis.call('XADD', KEYS[2], '*', unpack(fields))
-          redis.call('ZREM', KEYS[1], member)
         end
+        if #due > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #due - 1) end
         return #due
         """
 }

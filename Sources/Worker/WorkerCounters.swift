@@ -35,6 +35,7 @@ public struct WorkerCounters: Sendable, Equatable {
     public var superseded: Int { apps.reduce(0) { $0 + $1.superseded } }
     public var retried: Int { apps.reduce(0) { $0 + $1.retried } }
     public var handedBack: Int { apps.reduce(0) { $0 + $1.handedBack } }
+    public var scheduled: Int { apps.reduce(0) { $0 + $1.scheduled } }
     /// Enqueue-to-answer latency of accepted notifications, every app's together.
     public var endToEndLatency: LatencyHistogram {
         var total = LatencyHistogram()
@@ -69,6 +70,8 @@ public struct AppOutcomes: Sendable, Equatable {
     public var superseded = 0
     public var retried = 0
     public var handedBack = 0
+    /// Held for a `deliver_at` still ahead: written to the scheduled set, counted again when due.
+    public var scheduled = 0
     /// Enqueue-to-answer latency of the app's accepted notifications.
     public var endToEndLatency = LatencyHistogram()
 
@@ -82,6 +85,7 @@ public struct AppOutcomes: Sendable, Equatable {
         sum.superseded += b.superseded
         sum.retried += b.retried
         sum.handedBack += b.handedBack
+        sum.scheduled += b.scheduled
         sum.endToEndLatency.merge(b.endToEndLatency)
         return sum
     }
