@@ -16,13 +16,17 @@ struct EnqueueCommand: ParsableCommand {
             entry id (one job) or a count. Exits 69 when Redis cannot be reached. \
             With --shards N each job goes to the shard QUEUE-K where K is the CRC-32 of its lowercase \
             hex device token mod N (as producers compute it, docs/job-format.md); a fan-out job (several \
-            tokens) is split into one job per shard its tokens fall in.
+            tokens) is split into one job per shard its tokens fall in. \
+            --at holds the job until a time (job field deliver_at): RFC 3339 (2026-11-24T09:00:00Z, \
+            2026-11-24T10:00:00+01:00), ms since the epoch, or +DURATION from now (+90s, +10m, +2h, +1d).
             """)
 
     @OptionGroup(title: "Redis") var queueOptions: QueueOptions
     @OptionGroup(title: "Notification") var notification: NotificationOptions
     @Option(name: .customLong("field"), help: "A field of your own, NAME=VALUE (repeatable); not one of Herald's field names.")
     var customFields: [String] = []
+    @Option(name: .customLong("at"), help: ArgumentHelp("Send no earlier than TIME (job field deliver_at): RFC 3339 (2026-11-24T09:00:00Z), ms since the epoch, or +DURATION from now (+10m, +2h, +1d12h); the worker holds the job until then (default: send at once).", valueName: "time"))
+    var deliverAt: String?
     @Option(name: .customLong("distinct-tokens"), help: "With --count and one --token: vary the token's last 8 hex digits so copies go to this many distinct tokens (default: all to the one token).")
     var distinctTokens: Int?
     @Option(name: .customLong("wait-replicas"), help: "After adding, wait until this many replicas hold the jobs (Redis WAIT), so that a failover cannot lose them; exits 1 when fewer confirm in time, the jobs being added all the same (default 0: do not wait).") var waitReplicas: Int?
@@ -32,7 +36,7 @@ struct EnqueueCommand: ParsableCommand {
     /// what a dead letter adds.
     static let reservedFieldNames: Set<String> = Set([
         JobField.token, JobField.tokens, JobField.payload, JobField.topic, JobField.pushType, JobField.priority,
-        JobField.expiration, JobField.collapseID, JobField.id, JobField.app,
+        JobField.expiration, JobField.collapseID, JobField.id, JobField.app, JobField.deliverAt, JobField.scheduled,
     ]).union(JobField.herald).union(DeadLetter.droppedOnRequeue)
 
     func validate() throws {
@@ -41,6 +45,23 @@ struct EnqueueCommand: ParsableCommand {
             guard notification.tokens.count == 1 else { throw ValidationError("--distinct-tokens varies one --token; give exactly one") }
         }
         _ = try extraFields()
+        _ = try deliverAtValue(now: 0)
+    }
+
+    /// --at as the job's `deliver_at`: an absolute time as given (checked), `+DURATION` as ms from `now`.
+    func deliverAtValue(now: Int64) throws -> String? {
+        guard let text = deliverAt else { return nil }
+        if text.hasPrefix("+") {
+            guard let offset = DurationText.milliseconds(String(text.dropFirst())), offset <= JobLimits.maxTimestampMilliseconds else {
+                throw ValidationError("--at \(text): after + give a duration such as +90s, +10m, +2h or +1d12h")
+            }
+            return String(min(JobLimits.maxTimestampMilliseconds, now + offset))
+        }
+        guard DeliverAt.parse(text) != nil else {
+            throw ValidationError("--at \(text) is not a time: give RFC 3339 (2026-11-24T09:00:00Z or 2026-11-24T10:00:00+01:00), "
+                + "ms since the epoch (1795510800000), or +DURATION from now (+10m)")
+        }
+        return text
     }
 
     /// The --field pairs, checked.
@@ -71,6 +92,7 @@ struct EnqueueCommand: ParsableCommand {
         add(JobField.collapseID, notification.collapseID)
         add(JobField.id, notification.apnsID)
         add(JobField.app, notification.app)
+        add(JobField.deliverAt, try deliverAtValue(now: TimeSource.system.nowMilliseconds()))
         for (name, value) in try extraFields() { add(name, value) }
         return fields
     }
