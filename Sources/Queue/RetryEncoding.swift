@@ -116,7 +116,14 @@ public enum QueueScripts {
     /// enter the stream as fast as workers send them. A full batch (the reply equals ARGV[2])
     /// tells the caller to call again at once; each call is one short atomic step, so several
     /// workers may promote the same set concurrently and Redis is never blocked for long.
-    /// The members taken are the lowest-ranked ones, so one ZREMRANGEBYRANK removes them all.
+    /// The members taken are the lowest-ranked ones, so one ZREMRANGEBYRANK removes those moved.
+    ///
+    /// A member that is not a field list Herald wrote (not JSON, not an even list of strings, too
+    /// long to unpack: someone else's ZADD) goes to the stream as one field `malformed_member`
+    /// holding its text, which the worker dead-letters (`missing_payload`) with that text kept:
+    /// never lost, and never an error that would stop every later member behind it. Each XADD is
+    /// checked, so a script that stops (Redis out of memory) removes only what it moved: nothing
+    /// is left both in the set and in the stream.
     public static let promoteDueRetries = """
         local limit = tonumber(ARGV[2])
         local backlog = tonumber(ARGV[3] or '0')
@@ -126,11 +133,21 @@ public enum QueueScripts {
           if room < limit then limit = room end
         end
         local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, limit)
+        local moved, failure = 0, nil
         for _, member in ipairs(due) do
-          local fields = cjson.decode(member)
-          redis.call('XADD', KEYS[2], '*', unpack(fields))
+          local decoded, fields = pcall(cjson.decode, member)
+          local ok = decoded and type(fields) == 'table' and #fields >= 2 and #fields % 2 == 0
+            and pcall(function() redis.call('XADD', KEYS[2], '*', unpack(fields)) end)
+          if not ok then
+            ok, failure = pcall(function() redis.call('XADD', KEYS[2], '*', 'malformed_member', member) end)
+            if not ok then break end
+          end
+          moved = moved + 1
         end
-        if #due > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #due - 1) end
-        return #due
+        if moved > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, moved - 1) end
+        if moved == 0 and failure then
+          return redis.error_reply(type(failure) == 'table' and tostring(failure.err) or tostring(failure))
+        end
+        return moved
         """
 }
