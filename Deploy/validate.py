@@ -106,7 +106,7 @@ METRICS = {
 }
 # Label values Herald promises; a selector naming any other value would never match.
 LABEL_VALUES = {
-    "outcome": {"accepted", "dead_token", "dead_lettered", "retried", "superseded", "handed_back"},
+    "outcome": {"accepted", "dead_token", "dead_lettered", "retried", "superseded", "handed_back", "scheduled"},
     "state": {"ready", "connecting", "going_away"},
     "event": {"opened", "failed", "goaway", "reset", "ping_timeout", "response_timeout", "credentials_suspected"},
 }

@@ -140,7 +140,7 @@ struct NotificationRequest {
                 slots[slot] = Array((json.string(value) ?? "").utf8)
             case .object where field == JobField.payload:
                 slots[slot] = Array(UnsafeBufferPointer(rebasing: json.bytes[value.range]))
-            case .number where field == JobField.priority || field == JobField.expiration:
+            case .number where field == JobField.priority || field == JobField.expiration || field == JobField.deliverAt:
                 guard let number = NotificationRequest.wholeNumber(json, value) else {
                     reasons.append(Reason(code: "bad_field_type", message: "`\(field)` must be a whole number."))
                     return
@@ -190,6 +190,7 @@ struct NotificationRequest {
         switch field {
         case JobField.payload: "a JSON object (or a string holding one)"
         case JobField.priority, JobField.expiration: "a whole number (or a string holding one)"
+        case JobField.deliverAt: "ms since the epoch (a whole number) or an RFC 3339 time (a string)"
         case JobField.tokens: "an array of hex device tokens (or one comma-separated string)"
         default: "a string"
         }

@@ -9,7 +9,7 @@ public enum MetricHelp {
     public static let text: [String: String] = [
         "herald_build_info": "Always 1; the labels say which Herald version, git commit and Swift compiler the worker runs.",
         "herald_notifications_total":
-            "Notifications this worker finished, by the app that sent them and their outcome. Every notification read ends in one outcome; retried and handed_back end only this worker's part (the notification comes back through the retry set and is counted again). app is empty for jobs that name no app this worker serves.",
+            "Notifications this worker finished, by the app that sent them and their outcome. Every notification read ends in one outcome; retried and handed_back end only this worker's part (the notification comes back through the retry set and is counted again), and so does scheduled (held for a deliver_at still ahead, counted again when due). app is empty for jobs that name no app this worker serves.",
         "herald_apns_responses_total":
             "APNs answers by app, HTTP status and reason (empty for 200), one per attempt: a notification retried after a 503 is answered again, so this is not herald_notifications_total, which counts each notification's outcome once.",
         "herald_jobs_read_total": "Stream entries read (XREADGROUP and claims), malformed ones included. A fan-out job is one entry and several notifications.",

@@ -6,7 +6,7 @@ public enum EnqueueCheck {
     /// Fields a producer may set; the rest of `JobField` is Herald's own bookkeeping.
     public static let producerFields: [String] = [
         JobField.token, JobField.tokens, JobField.payload, JobField.topic, JobField.pushType, JobField.priority,
-        JobField.expiration, JobField.collapseID, JobField.id, JobField.app, JobField.channelID, JobLane.field,
+        JobField.expiration, JobField.collapseID, JobField.id, JobField.app, JobField.channelID, JobLane.field, JobField.deliverAt,
     ]
 
     /// Every reason the worker would dead-letter (a part of) this job; empty when it would send

@@ -84,7 +84,7 @@ extension QueueStats {
         var members: [(String, JSONValue)] = [
             ("queue", .string(keys.queue)),
             ("keys", .object([("jobs", .string(keys.jobs)), ("retry", .string(keys.retry)),
-                              ("dead", .string(keys.dead)), ("feedback", .string(keys.feedback))])),
+                              ("dead", .string(keys.dead)), ("feedback", .string(keys.feedback)), ("scheduled", .string(keys.scheduled))])),
             ("sampled_at_ms", .integer(sampledAt)),
         ]
         if sampledAtText { members.append(("sampled_at", .string(HumanTime.iso8601(sampledAt)))) }
@@ -101,6 +101,11 @@ extension QueueStats {
             ("retry_size", .int(retrySize)),
             ("retry_due", .int(retryDue)),
             ("next_retry_at_ms", .optional(nextRetryAt)),
+            ("scheduled", .int(scheduledSize)),
+            ("scheduled_due", .int(scheduledDue)),
+            ("scheduled_next_minute", .int(scheduledNextMinute)),
+            ("scheduled_next_hour", .int(scheduledNextHour)),
+            ("next_scheduled_at_ms", .optional(nextScheduledAt)),
             ("dead_letters", .int(deadLetters)),
             ("feedback", .int(feedback)),
         ]

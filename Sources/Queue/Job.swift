@@ -25,13 +25,18 @@ public enum JobField {
     /// Herald's own: a fan-out job's `id`, carried by its retries so each token keeps the apns-id
     /// derived from it (a retry holding one token must not send the raw `id`).
     public static let idBase = "id_base"
+    /// When the job may be sent: ms since the epoch or RFC 3339 text (see `DeliverAt`).
+    public static let deliverAt = "deliver_at"
+    /// Herald's own: written on a job held for its `deliver_at` (the due ms), so the promoted
+    /// entry is sent when read, whatever the reading worker's clock says (no hold loop on skew).
+    public static let scheduled = "scheduled"
 
     /// `1` (or `true`): write this job's outcomes to the results stream even when results are
     /// off for its queue.
     public static let receipt = "receipt"
 
     static let known: Set<String> = [token, tokens, payload, topic, pushType, priority, expiration, collapseID, id, app,
-                                     channelID, attempts, origin, retryID, enqueuedAt, idBase, JobLane.field, receipt]
+                                     channelID, attempts, origin, retryID, enqueuedAt, idBase, JobLane.field, receipt, deliverAt, scheduled]
     /// Fields Herald writes itself and replaces when it re-queues a job.
     public static let herald: Set<String> = [attempts, origin, retryID, enqueuedAt, idBase]
 }
@@ -98,12 +103,15 @@ public final class Job: Sendable {
     public let attempts: Int
     /// Fields Herald does not know.
     public let unknownFields: Int
+    /// `deliver_at` in ms since the epoch; nil when the job has none or was already held for it
+    /// (it carries `scheduled`): such a job is sent when read.
+    public let deliverAt: Int64?
 
     init(
         entryID: StreamEntryID, fields: [(name: String, value: [UInt8])], originText: String?, originID: StreamEntryID,
         enqueuedAt: Int64, tokens: JobTokens, invalidTokens: [(token: String, error: NotificationError)],
         template: Notification, explicitAPNsID: String?, apnsIDBaseText: String?, apnsIDNamespace: String,
-        attempts: Int, unknownFields: Int
+        attempts: Int, unknownFields: Int, deliverAt: Int64? = nil
     ) {
         self.entryID = entryID
         self.fields = fields
@@ -118,6 +126,7 @@ public final class Job: Sendable {
         self.apnsIDNamespace = apnsIDNamespace
         self.attempts = attempts
         self.unknownFields = unknownFields
+        self.deliverAt = deliverAt
     }
 
     /// The notification for `tokens[index]`, with its stable apns-id.

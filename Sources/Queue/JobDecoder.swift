@@ -18,6 +18,8 @@ public enum JobDecoder {
         var enqueuedAtText: String? = nil
         var idBase: String? = nil
         var channelID: [UInt8]? = nil
+        var deliverAtBytes: [UInt8]? = nil
+        var scheduled = false
         var unknown = 0
         for (name, value) in fields {
             switch name {
@@ -36,6 +38,8 @@ public enum JobDecoder {
             case JobField.idBase: idBase = text(value)
             case JobField.channelID: channelID = value
             case JobField.app, JobField.retryID, JobField.receipt: break
+            case JobField.deliverAt: deliverAtBytes = value
+            case JobField.scheduled: scheduled = !value.isEmpty
             default: unknown += 1
             }
         }
@@ -64,6 +68,12 @@ public enum JobDecoder {
             originID = parsed
         } else {
             origin = nil
+        }
+        // Checked even when the job was already held for it (`scheduled`): a dead letter of a bad value says so at once.
+        var deliverAt: Int64? = nil
+        if let deliverAtBytes, !deliverAtBytes.isEmpty {
+            guard let value = DeliverAt.parse(deliverAtBytes) else { return .failure(.badDeliverAt(text(deliverAtBytes))) }
+            if !scheduled { deliverAt = value }
         }
         var tokenList: [String] = []
         // Tokens are hex; APNs and the feedback stream use lowercase, so fold once here.
@@ -123,7 +133,7 @@ public enum JobDecoder {
             do { try template.validate(bundleID: defaults.bundleID) } catch { return .failure(.notification(error)) }
             return .success(makeJob(entryID: entryID, fields: fields, tokens: JobTokens(only), invalid: [], template: template,
                                     id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt, attempts: attempts,
-                                    unknown: unknown, defaults: defaults))
+                                    unknown: unknown, defaults: defaults, deliverAt: deliverAt))
         }
         var valid: [String] = []
         valid.reserveCapacity(tokenList.count)
@@ -148,13 +158,14 @@ public enum JobDecoder {
         }
         return .success(makeJob(entryID: entryID, fields: fields, tokens: JobTokens(valid), invalid: invalid, template: template,
                                 id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt, attempts: attempts,
-                                unknown: unknown, defaults: defaults))
+                                unknown: unknown, defaults: defaults, deliverAt: deliverAt))
     }
 
     static func makeJob(
         entryID: StreamEntryID, fields: [(name: String, value: [UInt8])], tokens: JobTokens,
         invalid: [(String, NotificationError)], template: Notification, id: String?, idBase: String?,
-        origin: String?, originID: StreamEntryID?, enqueuedAt: Int64?, attempts: Int, unknown: Int, defaults: JobDefaults
+        origin: String?, originID: StreamEntryID?, enqueuedAt: Int64?, attempts: Int, unknown: Int, defaults: JobDefaults,
+        deliverAt: Int64? = nil
     ) -> Job {
         var template = template
         template.deviceToken = ""
@@ -170,7 +181,7 @@ public enum JobDecoder {
             explicitAPNsID: tokens.count + invalid.count == 1 && idBase == nil ? explicitID : nil,
             apnsIDBaseText: idBase ?? explicitID ?? origin,
             apnsIDNamespace: defaults.apnsIDNamespace,
-            attempts: attempts, unknownFields: unknown)
+            attempts: attempts, unknownFields: unknown, deliverAt: deliverAt)
     }
 
     @inline(__always)

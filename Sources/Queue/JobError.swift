@@ -16,6 +16,8 @@ public enum JobError: Error, Equatable, Sendable, CustomStringConvertible {
     case badEnqueuedAt(String)
     /// Herald's `origin` is not a stream entry id `<ms>-<seq>` with ms within 0…`JobLimits.maxTimestampMilliseconds`.
     case badOrigin(String)
+    /// `deliver_at` is neither ms since the epoch nor RFC 3339 text within 1970 … 9999.
+    case badDeliverAt(String)
     case notification(NotificationError)
     /// A broadcast job rule (`channel_id`); see `JobError+Broadcast.swift`.
     case broadcast(BroadcastJobError)
@@ -34,6 +36,7 @@ public enum JobError: Error, Equatable, Sendable, CustomStringConvertible {
         case .badAttempts: "bad_attempts"
         case .badEnqueuedAt: "bad_enqueued_at"
         case .badOrigin: "bad_origin"
+        case .badDeliverAt: "bad_deliver_at"
         case .notification(let error): error.code
         case .broadcast(let error): error.code
         }
@@ -67,6 +70,9 @@ public enum JobError: Error, Equatable, Sendable, CustomStringConvertible {
         case .badOrigin(let value):
             "The origin \(JobError.quoted(value)) is not a stream entry id <ms>-<seq> with ms from 0 to "
                 + "\(JobLimits.maxTimestampMilliseconds) (the year 9999); it is Herald's own field, which producers must not set."
+        case .badDeliverAt(let value):
+            "The deliver_at \(JobError.quoted(value)) is neither whole ms since the epoch (e.g. 1795510800000) nor an RFC 3339 time "
+                + "(e.g. 2026-11-24T09:00:00Z or 2026-11-24T10:00:00.250+01:00) from 1970 to the year 9999."
         case .notification(let error):
             error.description
         case .broadcast(let error):

@@ -47,24 +47,11 @@ public enum JobLane: String, Sendable, CaseIterable {
 }
 
 extension QueueScripts {
-    /// Moves up to ARGV[2] retry-set members due by ARGV[1] (ms) back into their lane's stream,
-    /// atomically: a member whose fields hold `lane` = `urgent` into KEYS[3] (the urgent stream),
-    /// every other into KEYS[2] (the bulk stream). KEYS[1] = retry set. Returns how many moved.
     /// One retry set per queue serves both lanes, so the tools that read it (`herald stats`,
     /// the dead-letter and scheduling tools) see every retry of the queue in one place.
-    public static let promoteDueRetriesByLane = """
-        local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-        for _, member in ipairs(due) do
-          local fields = cjson.decode(member)
-          local stream = KEYS[2]
-          for i = 1, #fields - 1, 2 do
-            if fields[i] == 'lane' and fields[i + 1] == 'urgent' then stream = KEYS[3] end
-          end
-          redis.call('XADD', stream, '*', unpack(fields))
-          redis.call('ZREM', KEYS[1], member)
-        end
-        return #due
-        """
+    /// The same script as `promoteDueRetries`, which moves a member with `lane` = `urgent` into
+    /// KEYS[3] when it is given.
+    public static let promoteDueRetriesByLane = promoteDueRetries
 }
 
 extension QueueStats.UrgentLane {

@@ -61,7 +61,7 @@ public struct OutcomeBatch: Sendable {
                 switch write {
                 case .feedback(let draft): connection.send(draft.command(stream: keys.feedback, maxLength: maxLength))
                 case .deadLetter(let draft): connection.send(draft.command(stream: keys.dead, maxLength: maxLength))
-                case .retry(let retry): connection.send(retry.command(key: keys.retry))
+                case .retry(let retry): connection.send(retry.command(key: retry.scheduled ? keys.scheduled : keys.retry))
                 case .result(let draft): connection.send(draft.command(stream: keys.results, maxLength: resultsMaxLength ?? maxLength))
                 }
             }

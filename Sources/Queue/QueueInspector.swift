@@ -60,16 +60,18 @@ public final class QueueInspector {
             ["XPENDING", .text(keys.urgentJobs), .text(keys.group)],
             ["XINFO", "CONSUMERS", .text(keys.urgentJobs), .text(keys.group)],
             ["XLEN", .text(keys.results)],
+            // The scheduled set: size, due now, due within a minute and an hour, the earliest.
+            ["ZCARD", .text(keys.scheduled)],
+            ["ZCOUNT", .text(keys.scheduled), "-inf", .integer(now)],
+            ["ZCOUNT", .text(keys.scheduled), .text("(\(now)"), .integer(now.addingSaturating(60_000))],
+            ["ZCOUNT", .text(keys.scheduled), .text("(\(now)"), .integer(now.addingSaturating(3_600_000))],
+            ["ZRANGE", .text(keys.scheduled), "0", "0", "WITHSCORES"],
         ]
         let replies = try redis.pipeline(commands)
         let depth = Int(try RedisReplyReader.integer(replies[0], command: "XLEN \(keys.jobs)"))
         let retrySize = Int(try RedisReplyReader.integer(replies[4], command: "ZCARD \(keys.retry)"))
         let retryDue = Int(try RedisReplyReader.integer(replies[5], command: "ZCOUNT \(keys.retry)"))
-        var nextRetryAt: Int64? = nil
-        if case .array(let first) = replies[6], first.count == 2, let score = first[1].string, let value = Double(score) {
-            // A score is a double anyone with ZADD can set: never convert one outside Int64.
-            nextRetryAt = Int64(exactly: value.rounded(.down)) ?? (value > 0 ? .max : .min)
-        }
+        let nextRetryAt = QueueInspector.firstScore(replies[6])
         let dead = Int(try RedisReplyReader.integer(replies[7], command: "XLEN \(keys.dead)"))
         let feedback = Int(try RedisReplyReader.integer(replies[8], command: "XLEN \(keys.feedback)"))
         let group = try QueueInspector.group(keys: keys, depth: depth, now: now, groups: replies[1], pending: replies[2], consumers: replies[3])
@@ -82,7 +84,19 @@ public final class QueueInspector {
                                             consumers: replies[12]))
         let results = Int(try RedisReplyReader.integer(replies[13], command: "XLEN \(keys.results)"))
         stats.results = results > 0 ? results : nil
+        stats.scheduledSize = Int(try RedisReplyReader.integer(replies[14], command: "ZCARD \(keys.scheduled)"))
+        stats.scheduledDue = Int(try RedisReplyReader.integer(replies[15], command: "ZCOUNT \(keys.scheduled)"))
+        stats.scheduledNextMinute = Int(try RedisReplyReader.integer(replies[16], command: "ZCOUNT \(keys.scheduled)"))
+        stats.scheduledNextHour = Int(try RedisReplyReader.integer(replies[17], command: "ZCOUNT \(keys.scheduled)"))
+        stats.nextScheduledAt = QueueInspector.firstScore(replies[18])
         return stats
+    }
+
+    /// The score of `ZRANGE key 0 0 WITHSCORES`' only member as ms, or nil for an empty set.
+    static func firstScore(_ reply: RedisReply) -> Int64? {
+        guard case .array(let first) = reply, first.count == 2, let score = first[1].string, let value = Double(score) else { return nil }
+        // A score is a double anyone with ZADD can set: never convert one outside Int64.
+        return Int64(exactly: value.rounded(.down)) ?? (value > 0 ? .max : .min)
     }
 
     /// The group's numbers from XINFO GROUPS, XPENDING (summary) and XINFO CONSUMERS; nil when the

@@ -8,6 +8,11 @@ public struct QueueKeys: Sendable, Equatable {
     public private(set) var jobs: String
     /// Sorted set of jobs waiting for a retry, scored by due time (ms).
     public let retry: String
+    /// Sorted set of jobs held for their `deliver_at`, scored by it (ms). Kept apart from `retry`
+    /// so `herald stats` counts each with ZCARD/ZCOUNT and an operator can look at or clear one
+    /// without the other; the same hash tag puts it in the queue's slot, and the same promote
+    /// script moves both (see `QueueScripts.promoteDueRetries`).
+    public let scheduled: String
     /// Stream of jobs that can never be delivered, with the reason.
     public let dead: String
     /// Stream of device tokens APNs rejected (410, BadDeviceToken, DeviceTokenNotForTopic).
@@ -28,6 +33,7 @@ public struct QueueKeys: Sendable, Equatable {
         let base = "\(prefix):{\(queue)}"
         jobs = base + ":jobs"
         retry = base + ":retry"
+        scheduled = base + ":scheduled"
         dead = base + ":dead"
         feedback = base + ":feedback"
         results = base + ":results"

@@ -28,6 +28,14 @@ public struct QueueStats: Sendable {
     public var retryDue: Int
     /// Due time of the earliest retry, ms since the epoch.
     public var nextRetryAt: Int64?
+    /// Jobs held for their `deliver_at` (the scheduled set): all of them, those due now (waiting
+    /// for a worker to promote them), those due within the next minute and the next hour (after
+    /// now), and the earliest due time (ms since the epoch). Zero and nil when none is scheduled.
+    public var scheduledSize = 0
+    public var scheduledDue = 0
+    public var scheduledNextMinute = 0
+    public var scheduledNextHour = 0
+    public var nextScheduledAt: Int64?
     /// Entries of the dead-letter and feedback streams.
     public var deadLetters: Int
     public var feedback: Int

@@ -46,11 +46,14 @@ public struct RetryEntry: Sendable {
     public let attempts: Int
     /// When the retry is due, ms since the epoch (the member's score).
     public let dueAt: Int64
+    /// A job held for its `deliver_at`: written to the scheduled set (`QueueKeys.scheduled`), not
+    /// the retry set, and marked `scheduled` so it is sent when promoted (see `JobField.scheduled`).
+    public let scheduled: Bool
 
     /// The retry entry of `tokens` of `job`, with `attempts` spent; `retryID` makes the member unique.
     /// `lane` (a job read from the urgent stream) is written as the `lane` field, so the promote
     /// script puts the retry back into that lane's stream.
-    public init(job: Job, tokens: [String], attempts: Int, retryID: String, dueAt: Int64, lane: JobLane? = nil) {
+    public init(job: Job, tokens: [String], attempts: Int, retryID: String, dueAt: Int64, lane: JobLane? = nil, scheduled: Bool = false) {
         var fields = job.fields.filter { $0.name != JobField.token && $0.name != JobField.tokens && !JobField.herald.contains($0.name) }
         if let lane {
             fields.removeAll { $0.name == JobLane.field }
@@ -72,7 +75,9 @@ public struct RetryEntry: Sendable {
         }
         fields.append((JobField.enqueuedAt, Array(String(job.enqueuedAt).utf8)))
         fields.append((JobField.retryID, Array(retryID.utf8)))
+        if scheduled { fields.append((JobField.scheduled, Array(String(dueAt).utf8))) }
         self.fields = fields
+        self.scheduled = scheduled
         self.tokens = tokens
         self.attempts = attempts
         self.dueAt = dueAt
@@ -110,15 +115,55 @@ public enum QueueScripts {
         return removed
         """
 
-    /// Moves up to ARGV[2] retry-set members due by ARGV[1] (ms) back into the job stream, atomically.
-    /// KEYS[1] = retry set, KEYS[2] = job stream. Returns how many moved.
+    /// Moves up to ARGV[2] members due by ARGV[1] (ms) of a sorted set (the retry set, or the
+    /// scheduled set of jobs held for `deliver_at`) back into the job stream, atomically.
+    /// KEYS[1] = the set, KEYS[2] = job stream (the bulk lane), KEYS[3] (optional) = the queue's
+    /// urgent stream: a member whose fields hold `lane` = `urgent` goes there, so a retry or a
+    /// scheduled job returns to the lane it was read from. Returns how many moved.
+    ///
+    /// ARGV[3] (optional, 0 = none) bounds the stream's backlog: only while XLEN is below it, and
+    /// never past it, so a million members due at once stay in the set (the cheap backlog) and
+    /// enter the stream as fast as workers send them. A full batch (the reply equals ARGV[2])
+    /// tells the caller to call again at once; each call is one short atomic step, so several
+    /// workers may promote the same set concurrently and Redis is never blocked for long.
+    /// The members taken are the lowest-ranked ones, so one ZREMRANGEBYRANK removes those moved.
+    ///
+    /// A member that is not a field list Herald wrote (not JSON, not an even list of strings, too
+    /// long to unpack: someone else's ZADD) goes to the stream as one field `malformed_member`
+    /// holding its text, which the worker dead-letters (`missing_payload`) with that text kept:
+    /// never lost, and never an error that would stop every later member behind it. Each XADD is
+    /// checked, so a script that stops (Redis out of memory) removes only what it moved: nothing
+    /// is left both in the set and in the stream.
     public static let promoteDueRetries = """
-        local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-        for _, member in ipairs(due) do
-          local fields = cjson.decode(member)
-          redis.call('XADD', KEYS[2], '*', unpack(fields))
-          redis.call('ZREM', KEYS[1], member)
+        local limit = tonumber(ARGV[2])
+        local backlog = tonumber(ARGV[3] or '0')
+        if backlog > 0 then
+          local room = backlog - redis.call('XLEN', KEYS[2])
+          if room <= 0 then return 0 end
+          if room < limit then limit = room end
         end
-        return #due
+        local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, limit)
+        local moved, failure = 0, nil
+        for _, member in ipairs(due) do
+          local decoded, fields = pcall(cjson.decode, member)
+          local stream = KEYS[2]
+          if KEYS[3] and decoded and type(fields) == 'table' then
+            for i = 1, #fields - 1, 2 do
+              if fields[i] == 'lane' and fields[i + 1] == 'urgent' then stream = KEYS[3] end
+            end
+          end
+          local ok = decoded and type(fields) == 'table' and #fields >= 2 and #fields % 2 == 0
+            and pcall(function() redis.call('XADD', stream, '*', unpack(fields)) end)
+          if not ok then
+            ok, failure = pcall(function() redis.call('XADD', KEYS[2], '*', 'malformed_member', member) end)
+            if not ok then break end
+          end
+          moved = moved + 1
+        end
+        if moved > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, moved - 1) end
+        if moved == 0 and failure then
+          return redis.error_reply(type(failure) == 'table' and tostring(failure.err) or tostring(failure))
+        end
+        return moved
         """
 }

@@ -366,6 +366,11 @@ public final class DeliveryRules {
     }
 
     private func admit(_ job: Job, lane laneIndex: Int, queue: Int, now: Int64) {
+        // One compare for the usual job (no deliver_at, or one already held for: nil).
+        if let deliverAt = job.deliverAt, deliverAt > now, job.attempts < policy.maxAttempts {
+            hold(job, until: deliverAt, lane: laneIndex, queue: queue, now: now)
+            return
+        }
         let record: JobRecord
         if let free = freeRecords.popLast() {
             free.reuse(job: job, lane: laneIndex, queue: queue)
@@ -830,6 +835,56 @@ public final class DeliveryRules {
         var writes: [OutcomeWrite] = [.deadLetter(draft)]
         appendEntryResults(to: &writes, entryID: id, queue: queue, fields: fields, reason: reason, now: now)
         addFinishing(EntryOutcome(entryID: id, writes: writes), queue: queue)
+    }
+
+    // MARK: scheduled sends
+
+    /// A job whose `deliver_at` is after `now`: nothing of it is sent. Its valid tokens go to the
+    /// scheduled set, due at `deliverAt`, with no attempt spent, marked `scheduled` so the entry
+    /// the promote script writes back is sent when read, whatever the reading worker's clock says
+    /// (a worker whose clock runs behind cannot hold it again: no loop between workers). Invalid
+    /// tokens are dead-lettered now, as on any read. If the job's apns-expiration passes by
+    /// `deliverAt`, it could never be sent: its tokens are dead-lettered `expired` now.
+    private func hold(_ job: Job, until deliverAt: Int64, lane: Int, queue: Int, now: Int64) {
+        queueCounters[queue].jobsFinished += 1
+        let attempts = max(0, job.attempts)
+        let idBase = job.explicitAPNsID == nil && job.apnsIDBase != job.origin ? job.apnsIDBase : nil
+        var writes: [OutcomeWrite] = []
+        func deadLetter(_ tokens: [String], reason: String, message: String) {
+            queueCounters[queue].apps[lane].deadLettered += tokens.count
+            queueCounters[queue].deadLetteredByReason[DeadLetterText.countingKey(reason: reason), default: 0] += tokens.count
+            writes.append(.deadLetter(DeadLetter.Draft(fields: job.fields, tokens: tokens, reason: reason, message: message, status: 0,
+                                                       attempts: attempts, failedAt: now, origin: job.origin, idBase: idBase)))
+            // A job that ends here (nothing of it sent) still owes each token its receipt.
+            if wantsResults(queue: queue) || job.wantsReceipt {
+                let fanOut = job.tokens.count + job.invalidTokens.count > 1
+                for token in tokens {
+                    writes.append(.result(ResultEntry.Draft(
+                        job: job.origin, token: token, index: fanOut ? job.tokens.firstIndex(of: token) : nil,
+                        status: ResultEntry.Status.deadLettered, reason: reason, httpStatus: 0, apnsID: nil, uniqueID: nil,
+                        at: now, attempts: attempts)))
+                }
+            }
+        }
+        var invalid = job.invalidTokens[...]
+        while let first = invalid.first {
+            let code = first.error.code
+            deadLetter(invalid.filter { $0.error.code == code }.map(\.token), reason: code, message: first.error.description)
+            invalid = invalid.filter { $0.error.code != code }[...]
+        }
+        if !job.tokens.isEmpty {
+            if DeliveryRules.hasExpired(job.template.expiration, by: deliverAt) {
+                deadLetter(job.tokens.array, reason: "expired",
+                           message: "The notification's apns-expiration (\(job.template.expiration ?? 0)) passes before its deliver_at "
+                               + "(\(deliverAt), \(DeliverAt.format(deliverAt))); it was never sent.")
+            } else {
+                queueCounters[queue].apps[lane].scheduled += job.tokens.count
+                let retryID = "\(job.entryID)/s/\(UInt32.random(in: .min ... .max, using: &random))"
+                writes.append(.retry(RetryEntry(job: job, tokens: job.tokens.array, attempts: attempts, retryID: retryID, dueAt: deliverAt,
+                                                lane: retryLane(queue: queue), scheduled: true)))
+            }
+        }
+        addFinishing(EntryOutcome(entryID: job.entryID, writes: writes), queue: queue)
     }
 
     // MARK: events: writes

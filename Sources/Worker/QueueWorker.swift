@@ -1011,25 +1011,42 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
 
     // MARK: retries and reclaiming
 
-    /// Every queue's due retries move back into its stream, each with its own script call (the
-    /// script touches one queue's keys, which share a hash slot).
+    /// Every queue's due retries and due scheduled jobs move back into its stream, each set with
+    /// its own script calls (the script touches one queue's keys, which share a hash slot).
     private func scheduleRetryPromotion() {
         retryTimer = loop.schedule(afterMilliseconds: configuration.retryPollMilliseconds) { [weak self] in
             guard let self, self.phase == .running else { return }
-            let now = String(self.time.nowMilliseconds())
-            // The bulk channel promotes for both lanes (one retry set per queue): each member goes
-            // back to the stream its `lane` field names.
             for channel in self.channels where !channel.keys.isUrgentLane {
-                guard let writer = channel.writer, writer.isReady else { continue }
-                let keys = channel.keys
-                let command = self.configuration.urgentLanes
-                    ? ["EVAL", QueueScripts.promoteDueRetriesByLane, "3", keys.retry, keys.jobs, keys.urgentJobs, now, "1000"]
-                    : ["EVAL", QueueScripts.promoteDueRetries, "2", keys.retry, keys.jobs, now, "1000"]
-                writer.send(command) { [weak self, weak channel] result in
-                    if case .success(.error(let message)) = result, let channel { self?.handleRedisError(message, channel: channel) }
-                }
+                // The bulk channel promotes for both lanes (one retry set per queue): each member
+                // goes back to the stream its `lane` field names.
+                self.promote(channel, set: channel.keys.retry)
+                self.promote(channel, set: channel.keys.scheduled)
             }
             self.scheduleRetryPromotion()
+        }
+    }
+
+    /// One promote-script call for `set`; a full batch calls again as soon as Redis answers, so a
+    /// million members due at once drain at the workers' speed (bounded by the stream backlog the
+    /// script checks), not one batch per poll. One chain per set and queue at a time.
+    private func promote(_ channel: QueueChannel, set: String) {
+        guard phase == .running, let writer = channel.writer, writer.isReady, !channel.promotionsInFlight.contains(set) else { return }
+        channel.promotionsInFlight.insert(set)
+        let batch = configuration.promotionBatch
+        let keys = channel.keys
+        let streams = configuration.urgentLanes ? ["3", set, keys.jobs, keys.urgentJobs] : ["2", set, keys.jobs]
+        writer.send(["EVAL", QueueScripts.promoteDueRetries] + streams + [String(time.nowMilliseconds()),
+                     String(batch), String(configuration.promotionBacklogLimit)]) { [weak self, weak channel] result in
+            guard let self, let channel else { return }
+            channel.promotionsInFlight.remove(set)
+            switch result {
+            case .success(.integer(let moved)) where moved >= Int64(batch):
+                self.promote(channel, set: set)
+            case .success(.error(let message)):
+                self.handleRedisError(message, channel: channel)
+            default:
+                break
+            }
         }
     }
 
@@ -1149,6 +1166,8 @@ final class QueueChannel {
     var groupReady = false
     var claimCursor = "0-0"
     var claimInFlight = false
+    /// The sorted sets (retry, scheduled) with a promote-script call in flight.
+    var promotionsInFlight: Set<String> = []
     /// Reads paused after a failed read (`QueueWorker.pauseReads`), and how many failed in a row.
     var readPause: EventLoop.TimerID?
     var readFailures = 0

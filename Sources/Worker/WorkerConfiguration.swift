@@ -34,6 +34,11 @@ public struct WorkerConfiguration: Sendable {
     public var drainTimeoutMilliseconds: Int64 = 30_000
     /// How often due retries are moved back into the stream.
     public var retryPollMilliseconds: Int64 = 250
+    /// Due retries and scheduled jobs are promoted into a queue's stream only while it holds
+    /// fewer entries than this: jobs due at once wait in their sorted set, not in the stream.
+    public var promotionBacklogLimit = 50_000
+    /// Members moved per promote-script call; a full batch is followed by another call at once.
+    public var promotionBatch = 1000
     /// Dead-letter and feedback streams are trimmed to about this many entries.
     public var deadLetterMaxLength = 1_000_000
     /// Consumers of the group idle this long that own no pending entry are removed

@@ -39,6 +39,7 @@ public struct WorkerCounters: Sendable, Equatable {
     public var retried: Int { apps.reduce(0) { $0 + $1.retried } }
     public var handedBack: Int { apps.reduce(0) { $0 + $1.handedBack } }
     public var wrongEnvironment: Int { apps.reduce(0) { $0 + $1.wrongEnvironment } }
+    public var scheduled: Int { apps.reduce(0) { $0 + $1.scheduled } }
     /// Enqueue-to-answer latency of accepted notifications, every app's together.
     public var endToEndLatency: LatencyHistogram {
         var total = LatencyHistogram()
@@ -82,6 +83,8 @@ public struct AppOutcomes: Sendable, Equatable {
     public var sentPriority10 = 0
     public var sentPriority5 = 0
     public var sentPriority1 = 0
+    /// Held for a `deliver_at` still ahead: written to the scheduled set, counted again when due.
+    public var scheduled = 0
     /// Enqueue-to-answer latency of the app's accepted notifications.
     public var endToEndLatency = LatencyHistogram()
 
@@ -99,6 +102,7 @@ public struct AppOutcomes: Sendable, Equatable {
         sum.sentPriority10 += b.sentPriority10
         sum.sentPriority5 += b.sentPriority5
         sum.sentPriority1 += b.sentPriority1
+        sum.scheduled += b.scheduled
         sum.endToEndLatency.merge(b.endToEndLatency)
         return sum
     }

@@ -167,7 +167,7 @@ public final class WorkerMetrics {
     }
 
     /// `herald_notifications_total`'s outcomes, in the order of `QueueSeries.outcomes`.
-    static let outcomes = ["accepted", "dead_token", "dead_lettered", "retried", "superseded", "handed_back"]
+    static let outcomes = ["accepted", "dead_token", "dead_lettered", "retried", "superseded", "handed_back", "scheduled"]
     static let connectionEvents = ["opened", "failed", "goaway", "reset", "ping_timeout", "response_timeout", "credentials_suspected"]
     /// The reasons APNs documents for status 403.
     static let forbiddenReasons = ["BadCertificate", "BadCertificateEnvironment", "ExpiredProviderToken", "Forbidden",
@@ -258,6 +258,7 @@ public final class WorkerMetrics {
             WorkerMetrics.add(outcomes[3], current.retried - before.retried)
             WorkerMetrics.add(outcomes[4], current.superseded - before.superseded)
             WorkerMetrics.add(outcomes[5], current.handedBack - before.handedBack)
+            WorkerMetrics.add(outcomes[6], current.scheduled - before.scheduled)
             WorkerMetrics.add(series.wrongEnvironment[laneIndex], current.wrongEnvironment - before.wrongEnvironment)
             if laneIndex < appSeries.count {
                 let priority = appSeries[laneIndex].priority

@@ -19,13 +19,17 @@ struct EnqueueCommand: ParsableCommand {
             tokens) is split into one job per shard its tokens fall in. \
             Jobs go to the queue's urgent stream (herald:{QUEUE}:jobs:urgent, read first by the worker) \
             when they are alert or voip notifications at priority 10 (given or left out), else to the bulk \
-            stream (herald:{QUEUE}:jobs); --lane overrides.
+            stream (herald:{QUEUE}:jobs); --lane overrides. \
+            --at holds the job until a time (job field deliver_at): RFC 3339 (2026-11-24T09:00:00Z, \
+            2026-11-24T10:00:00+01:00), ms since the epoch, or +DURATION from now (+90s, +10m, +2h, +1d).
             """)
 
     @OptionGroup(title: "Redis") var queueOptions: QueueOptions
     @OptionGroup(title: "Notification") var notification: NotificationOptions
     @Option(name: .customLong("field"), help: "A field of your own, NAME=VALUE (repeatable); not one of Herald's field names.")
     var customFields: [String] = []
+    @Option(name: .customLong("at"), help: ArgumentHelp("Send no earlier than TIME (job field deliver_at): RFC 3339 (2026-11-24T09:00:00Z), ms since the epoch, or +DURATION from now (+10m, +2h, +1d12h); the worker holds the job until then (default: send at once).", valueName: "time"))
+    var deliverAt: String?
     @Option(name: .customLong("distinct-tokens"), help: "With --count and one --token: vary the token's last 8 hex digits so copies go to this many distinct tokens (default: all to the one token).")
     var distinctTokens: Int?
     @Option(name: .customLong("lane"), help: "The stream to add to: urgent (herald:{QUEUE}:jobs:urgent), bulk (herald:{QUEUE}:jobs) or auto: urgent for alert and voip at priority 10, given or left out (default auto).")
@@ -37,7 +41,7 @@ struct EnqueueCommand: ParsableCommand {
     /// what a dead letter adds.
     static let reservedFieldNames: Set<String> = Set([
         JobField.token, JobField.tokens, JobField.payload, JobField.topic, JobField.pushType, JobField.priority,
-        JobField.expiration, JobField.collapseID, JobField.id, JobField.app, JobField.channelID, JobLane.field,
+        JobField.expiration, JobField.collapseID, JobField.id, JobField.app, JobField.channelID, JobLane.field, JobField.deliverAt, JobField.scheduled,
     ]).union(JobField.herald).union(DeadLetter.droppedOnRequeue)
 
     func validate() throws {
@@ -49,11 +53,28 @@ struct EnqueueCommand: ParsableCommand {
         guard lane == "auto" || JobLane(rawValue: lane) != nil else {
             throw ValidationError("--lane takes urgent, bulk or auto, not \(lane)")
         }
+        _ = try deliverAtValue(now: 0)
     }
 
     /// The lane the jobs go to: --lane, or by push type and priority.
     func chosenLane() -> JobLane {
         JobLane(rawValue: lane) ?? JobLane.route(pushType: notification.pushType.rawValue, priority: notification.priority.map { String($0.rawValue) })
+    }
+
+    /// --at as the job's `deliver_at`: an absolute time as given (checked), `+DURATION` as ms from `now`.
+    func deliverAtValue(now: Int64) throws -> String? {
+        guard let text = deliverAt else { return nil }
+        if text.hasPrefix("+") {
+            guard let offset = DurationText.milliseconds(String(text.dropFirst())), offset <= JobLimits.maxTimestampMilliseconds else {
+                throw ValidationError("--at \(text): after + give a duration such as +90s, +10m, +2h or +1d12h")
+            }
+            return String(min(JobLimits.maxTimestampMilliseconds, now + offset))
+        }
+        guard DeliverAt.parse(text) != nil else {
+            throw ValidationError("--at \(text) is not a time: give RFC 3339 (2026-11-24T09:00:00Z or 2026-11-24T10:00:00+01:00), "
+                + "ms since the epoch (1795510800000), or +DURATION from now (+10m)")
+        }
+        return text
     }
 
     /// The --field pairs, checked.
@@ -90,6 +111,7 @@ struct EnqueueCommand: ParsableCommand {
         add(JobField.collapseID, notification.collapseID)
         add(JobField.id, notification.apnsID)
         add(JobField.app, notification.app)
+        add(JobField.deliverAt, try deliverAtValue(now: TimeSource.system.nowMilliseconds()))
         for (name, value) in try extraFields() { add(name, value) }
         return fields
     }

@@ -10,6 +10,8 @@ struct StatsCommand: ParsableCommand {
             not yet acknowledged), lag (not yet delivered to any worker; "~" when Redis cannot count it \
             and Herald estimates depth - pending), the retry set's size and how many are due now, the \
             :dead and :feedback stream lengths, and each consumer with its pending count and idle time. \
+            When jobs wait for their deliver_at, a second table shows the scheduled set: how many, how \
+            many are due now, within the next minute and hour, and when the next one is due. \
             Read-only. --queues a,b,c or --shards N (with --queue as the base name) show several queues \
             with a total row; --all-queues finds every queue with SCAN MATCH herald:{*}:jobs. A queue \
             whose urgent lane (:jobs:urgent) exists gets a row in a second table with that stream's depth, \
@@ -69,6 +71,15 @@ struct StatsCommand: ParsableCommand {
         }
         var sections = [QueueToolOutput.table(
             ["QUEUE", "DEPTH", "PENDING", "LAG", "OLDEST PENDING", "RETRY", "DUE", "NEXT RETRY", "DEAD", "FEEDBACK", "CONSUMERS"], allRows)]
+        if stats.contains(where: { $0.scheduledSize > 0 }) {
+            sections.append("scheduled sends (held for deliver_at):\n" + QueueToolOutput.table(
+                ["QUEUE", "SCHEDULED", "DUE NOW", "NEXT MINUTE", "NEXT HOUR", "NEXT DUE"],
+                stats.map { queue in
+                    [queue.keys.queue, String(queue.scheduledSize), String(queue.scheduledDue), String(queue.scheduledNextMinute),
+                     String(queue.scheduledNextHour),
+                     queue.nextScheduledAt.map { HumanTime.iso8601($0) + " (" + StatsCommand.nextRetry($0, now: queue.sampledAt) + ")" } ?? "-"]
+                }, indent: "  "))
+        }
         for queue in stats {
             guard let group = queue.group else {
                 sections.append("\(queue.keys.queue): no consumer group \"\(queue.keys.group)\" on \(queue.keys.jobs) yet (no worker has started on this queue)")
@@ -126,6 +137,11 @@ struct StatsCommand: ParsableCommand {
                 ("lag_exact", .bool(total.lagIsExact)), ("oldest_pending_age_ms", .optional(total.oldestPendingAge)),
                 ("retry_size", .int(total.retrySize)), ("retry_due", .int(total.retryDue)),
                 ("next_retry_at_ms", .optional(total.nextRetryAt)),
+                ("scheduled", .int(stats.reduce(0) { $0 + $1.scheduledSize })),
+                ("scheduled_due", .int(stats.reduce(0) { $0 + $1.scheduledDue })),
+                ("scheduled_next_minute", .int(stats.reduce(0) { $0 + $1.scheduledNextMinute })),
+                ("scheduled_next_hour", .int(stats.reduce(0) { $0 + $1.scheduledNextHour })),
+                ("next_scheduled_at_ms", .optional(stats.compactMap(\.nextScheduledAt).min())),
                 ("dead_letters", .int(total.deadLetters)), ("feedback", .int(total.feedback)), ("consumers", .int(total.consumers)),
             ])),
         ])

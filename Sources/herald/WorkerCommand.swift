@@ -230,7 +230,7 @@ struct WorkerCommand: ParsableCommand {
         }
         logger.info("worker exited", metadata: [
             "accepted": "\(total.accepted)", "dead_lettered": "\(total.deadLettered)", "dead_tokens": "\(total.deadTokens)",
-            "superseded": "\(total.superseded)", "retried": "\(total.retried)", "handed_back": "\(total.handedBack)",
+            "superseded": "\(total.superseded)", "retried": "\(total.retried)", "handed_back": "\(total.handedBack)", "scheduled": "\(total.scheduled)",
         ])
     }
 }

@@ -48,6 +48,11 @@ final class DeliveryWorld {
         let expiration: Int64?
         /// The queue (index) it was read from.
         let queue: Int
+        /// Its `deliver_at` (valid values only), and the world's time when it was read.
+        var deliverAt: Int64? = nil
+        var readAt: Int64 = 0
+        /// Held for its deliver_at: a `scheduled` entry (already promoted) is not.
+        var holds: Bool { wholeReason == nil && (deliverAt ?? 0) > readAt }
     }
 
     private(set) var entries: [StreamEntryID: Entry] = [:]
@@ -167,12 +172,35 @@ final class DeliveryWorld {
         var unknownApp = false
         if appChoice == 0 { fields.append(("app", Array("second".utf8))) }
         if appChoice == 1 { fields.append(("app", Array("nobody".utf8))); unknownApp = true }
+        // Scheduled sends: a deliver_at past, just ahead or far ahead (as ms or RFC 3339), one
+        // already held for (`scheduled`: sent when read), or a bad value.
+        var deliverAt: Int64? = nil
+        var badDeliverAt = false
+        switch random.next() % 12 {
+        case 0: deliverAt = now - 1_000
+        case 1: deliverAt = now + 1_500
+        case 2: deliverAt = now + 7_200_000
+        case 3: badDeliverAt = true
+        default: break
+        }
+        if let deliverAt {
+            let text = random.next() % 2 == 0 ? String(deliverAt) : DeliverAt.format(deliverAt)
+            fields.append(("deliver_at", Array(text.utf8)))
+        } else if badDeliverAt {
+            fields.append(("deliver_at", Array(["tomorrow", "-5", "2026-02-30T00:00:00Z", "99999999999999999"][Int(random.next() % 4)].utf8)))
+        }
+        let alreadyHeld = deliverAt != nil && random.next() % 4 == 0
+        if alreadyHeld { fields.append(("scheduled", Array(String(deliverAt ?? 0).utf8))) }
         var whole: String? = nil
         if let claimedDeliveries, claimedDeliveries > policy.maxDeliveries { whole = "max_deliveries" }
         else if unknownApp { whole = "unknown_app" }
         else if malformed { whole = "missing_payload" }
-        return Entry(id: id, fields: fields, tokens: tokens, invalidTokens: invalid, wholeReason: whole,
-                     initialAttempts: attempts, collapseID: collapseID, expiration: expiration, queue: queue)
+        else if badDeliverAt { whole = "bad_deliver_at" }
+        var entry = Entry(id: id, fields: fields, tokens: tokens, invalidTokens: invalid, wholeReason: whole,
+                          initialAttempts: attempts, collapseID: collapseID, expiration: expiration, queue: queue)
+        entry.deliverAt = alreadyHeld ? nil : deliverAt
+        entry.readAt = now
+        return entry
     }
 
     private func read(count: Int, claimedDeliveries: Int?, _ random: inout SplitMix64) {
@@ -242,6 +270,9 @@ final class DeliveryWorld {
         }
         if let at = throttledAt[token], now < at + 800, policy.tokenBackoffCapacity >= DeliveryWorld.tokenPool.count {
             violation("sent \(key) at \(now), \(now - at) ms after APNs answered 429 TooManyRequests for its token (it should back off)")
+        }
+        if entry.holds && entry.initialAttempts < policy.maxAttempts {
+            violation("sent \(key) at \(now), read at \(entry.readAt) with deliver_at \(entry.deliverAt ?? 0) still ahead")
         }
         if send.attempts >= policy.maxAttempts { violation("sent \(key) with \(send.attempts) attempts spent (max \(policy.maxAttempts))") }
         if send.attempts != note.spent { violation("sent \(key) stating \(send.attempts) attempts; the world counts \(note.spent)") }
@@ -463,7 +494,7 @@ final class DeliveryWorld {
                     violation("dead letter of \(entry.id) states \(draft.attempts) attempts; the world counts \(expectedAttempts(tokens))")
                 }
                 if draft.reason == "expired", let expiration = entry.expiration, expiration != 0, expiration <= Int64.max / 1000,
-                   expiration * 1000 > now + 3_600_000 {
+                   expiration * 1000 > max(now, entry.holds ? entry.deliverAt ?? 0 : 0) + 3_600_000 {
                     violation("\(entry.id) dead-lettered as expired with apns-expiration \(expiration) an hour away")
                 }
             case .result:
@@ -474,6 +505,16 @@ final class DeliveryWorld {
                 let lane = retry.fields.last { $0.name == JobLane.field }.map { String(decoding: $0.value, as: UTF8.self) }
                 if lane != (queues > 1 && entry.queue == queues - 1 ? "urgent" : nil) {
                     violation("retry of \(entry.id) from queue \(entry.queue) has lane \(lane ?? "none"): a retry must go back to its own lane")
+                }
+                let holds = entry.holds && entry.initialAttempts < policy.maxAttempts
+                if retry.scheduled != holds {
+                    violation("retry of \(entry.id) scheduled \(retry.scheduled), but the job \(holds ? "waits for" : "has no") deliver_at ahead")
+                }
+                if retry.scheduled, retry.dueAt != entry.deliverAt {
+                    violation("scheduled retry of \(entry.id) due at \(retry.dueAt), its deliver_at is \(entry.deliverAt ?? -1)")
+                }
+                if retry.scheduled, !retry.fields.contains(where: { $0.name == "scheduled" }) {
+                    violation("scheduled retry of \(entry.id) carries no `scheduled` mark: it could be held again when promoted")
                 }
                 if retry.attempts >= policy.maxAttempts {
                     violation("retry of \(entry.id) with \(retry.attempts) attempts spent (max \(policy.maxAttempts))")
@@ -555,6 +596,7 @@ final class DeliveryWorld {
             return total + (entry.wholeReason != nil ? 1 : entry.tokens.count + entry.invalidTokens.count)
         }
         let ended = counters.accepted + counters.deadTokens + counters.deadLettered + counters.superseded + counters.retried + counters.handedBack
+            + counters.scheduled
         if read != ended { violation("counts do not balance: \(read) read, \(ended) ended (\(counters))") }
         // And per app (the labels of herald_notifications_total): each notification's outcome is
         // counted for its job's app; a job naming an app the rules do not serve, for none.
@@ -575,7 +617,7 @@ final class DeliveryWorld {
         } else if counters.apps.count != DeliveryWorld.apps.count { violation("\(counters.apps.count) apps counted, \(DeliveryWorld.apps.count) configured") }
         for (lane, outcomes) in counters.apps.enumerated() where lane < readPerApp.count {
             let endedForApp = outcomes.accepted + outcomes.deadTokens + outcomes.deadLettered + outcomes.superseded + outcomes.retried
-                + outcomes.handedBack
+                + outcomes.handedBack + outcomes.scheduled
             if endedForApp != readPerApp[lane] {
                 violation("app \(DeliveryWorld.apps[lane]): \(readPerApp[lane]) read, \(endedForApp) ended (\(outcomes))")
             }

@@ -289,16 +289,18 @@ struct QueueLedger: Sendable, CustomStringConvertible {
     var jobsLength = 0
     var pending = 0
     var retry = 0
+    /// Jobs held for their deliver_at (the scheduled set).
+    var scheduled = 0
 
     /// Outcomes counted: each job (token) should have exactly one.
     var outcomes: Int { acceptedUnique + deadLettered + feedback + superseded }
     /// Every job has an outcome and nothing is left in the stream, the pending list or the retry set.
-    var settled: Bool { outcomes == enqueued && jobsLength == 0 && pending == 0 && retry == 0 }
+    var settled: Bool { outcomes == enqueued && jobsLength == 0 && pending == 0 && retry == 0 && scheduled == 0 }
 
     var description: String {
         "enqueued \(enqueued): accepted \(acceptedUnique) (+\(duplicates) duplicates), dead-lettered \(deadLettered) "
             + "\(deadByReason.sorted { $0.key < $1.key }), feedback \(feedback), superseded \(superseded) = \(outcomes); "
-            + "stream \(jobsLength), pending \(pending), retry set \(retry); emulator rejected \(rejected.sorted { $0.key < $1.key })"
+            + "stream \(jobsLength), pending \(pending), retry set \(retry), scheduled \(scheduled); emulator rejected \(rejected.sorted { $0.key < $1.key })"
     }
 
     /// Reads the ledger. `superseded` comes from the workers' counters (Redis keeps no trace of it).
@@ -312,6 +314,7 @@ struct QueueLedger: Sendable, CustomStringConvertible {
         ledger.jobsLength = try await redis.integer("XLEN", keys.jobs)
         ledger.pending = try await redis.pendingCount(keys.jobs, group: keys.group)
         ledger.retry = try await redis.integer("ZCARD", keys.retry)
+        ledger.scheduled = try await redis.integer("ZCARD", keys.scheduled)
         ledger.feedback = try await redis.integer("XLEN", keys.feedback)
         if try await redis.integer("XLEN", keys.dead) > 0 {
             for entry in try await redis.entries(keys.dead) {
