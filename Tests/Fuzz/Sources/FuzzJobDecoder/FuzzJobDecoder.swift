@@ -4,7 +4,8 @@ import Queue
 /// A stream entry as a producer could write it: the input split on NUL bytes into
 /// name, value, name, value, … (a trailing odd part is a name with an empty value), decoded as
 /// the worker decodes every entry it reads. A decoded job must hold only tokens and a template
-/// that pass the checks it was decoded with, and build each token's notification.
+/// that pass the checks it was decoded with (a broadcast: its channel id and the broadcast
+/// rules), and build each token's notification.
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     let bytes = UnsafeBufferPointer(start: data, count: size)
@@ -24,9 +25,16 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         }
         guard !job.tokens.isEmpty || !job.invalidTokens.isEmpty else { fatalError("a job with no tokens at all") }
         for token in job.tokens {
-            if let error = Notification.deviceTokenError(token) { fatalError("decoded job kept a bad token: \(error)") }
             let notification = job.notification(forToken: token)
-            do { try notification.validate() } catch { fatalError("a decoded job's notification is invalid: \(error)") }
+            if job.template.isBroadcast {
+                // A broadcast's one "token" is its channel id, held to the channel rules instead.
+                guard job.tokens.count == 1 else { fatalError("a broadcast job with \(job.tokens.count) channels") }
+                if let error = Notification.channelIDError(token) { fatalError("decoded broadcast kept a bad channel id: \(error)") }
+                do { try notification.validateBroadcast() } catch { fatalError("a decoded broadcast is invalid: \(error)") }
+            } else {
+                if let error = Notification.deviceTokenError(token) { fatalError("decoded job kept a bad token: \(error)") }
+                do { try notification.validate() } catch { fatalError("a decoded job's notification is invalid: \(error)") }
+            }
             guard let apnsID = notification.apnsID, UUIDString.isCanonical(apnsID) else {
                 fatalError("a decoded job's notification has no canonical apns-id")
             }
