@@ -152,7 +152,12 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             channelLogger[metadataKey: "consumer"] = "\(configuration.consumer)"
             channelLogger[metadataKey: "queue"] = "\(keys.queue)"
             if keys.isUrgentLane { channelLogger[metadataKey: "lane"] = "urgent" }
-            return QueueChannel(index: index, keys: keys, logger: channelLogger)
+            let channel = QueueChannel(index: index, keys: keys, logger: channelLogger)
+            // An urgent stream takes its three quarters of the reads only once a read brought
+            // urgent jobs: until then the bulk stream reads its whole share, so the first read of
+            // a bulk backlog is as large as without lanes (and its collapse ids meet in one batch).
+            if keys.isUrgentLane { channel.active = false }
+            return channel
         }
         var seed = SystemRandomNumberGenerator()
         rules = DeliveryRules(policy: DeliveryPolicy(configuration),
