@@ -100,6 +100,10 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
         /// With `environment: both`: the sandbox host and port (`apns_host` names production's).
         public var apnsSandboxHost: String?
         public var apnsSandboxPort: Int?
+        /// Where Live Activity broadcasts go, when not over the push connections (Apple's pages
+        /// name both the push host and `api-broadcast.push.apple.com`).
+        public var broadcastHost: String?
+        public var broadcastPort: Int?
         public var caFile: String?
         public var connections: Int?
         public var maxStreams: Int?
@@ -121,6 +125,8 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
             case apnsPort = "apns_port"
             case apnsSandboxHost = "apns_sandbox_host"
             case apnsSandboxPort = "apns_sandbox_port"
+            case broadcastHost = "broadcast_host"
+            case broadcastPort = "broadcast_port"
             case caFile = "ca_file"
             case maxStreams = "max_streams"
             case teamID = "team_id"

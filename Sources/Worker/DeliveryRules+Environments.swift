@@ -31,9 +31,11 @@ extension DeliveryRules {
         return true
     }
 
-    /// The lane a token is (to be) sent on: its job's app lane, or that app's sandbox lane once
-    /// production called it a bad device token.
+    /// The lane a token is (to be) sent on: its job's app lane, that app's broadcast lane for a
+    /// broadcast when the app has a broadcast host, or its sandbox lane once production called
+    /// the token a bad device token.
     func sendLane(_ record: JobRecord, tokenIndex: Int) -> Int {
+        if !broadcastLanes.isEmpty, record.job.template.isBroadcast, let broadcast = broadcastLanes[record.lane] { return broadcast }
         guard !record.onOtherEnvironment.isEmpty, record.onOtherEnvironment[tokenIndex], let twin = sandboxLanes[record.lane] else {
             return record.lane
         }

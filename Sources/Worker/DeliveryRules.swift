@@ -78,6 +78,9 @@ public final class DeliveryRules {
     /// An app with both APNs environments: its production lane's index → its sandbox lane's
     /// (a lane no job names; it only takes what production called a bad device token).
     let sandboxLanes: [Int: Int]
+    /// An app with a broadcast host: its lane's index → the lane of its broadcast pool, where its
+    /// broadcast jobs wait and are sent (see DeliveryRules+Broadcast).
+    let broadcastLanes: [Int: Int]
     /// Tokens sandbox accepted after production called them bad: sent straight to sandbox.
     var sandboxTokens = BoundedTokenSet(capacity: DeliveryRules.sandboxTokenCapacity)
     /// Each app's job defaults per queue (`[queue][lane]`): the apns-id namespace is the queue's name.
@@ -254,9 +257,10 @@ public final class DeliveryRules {
     /// `sandboxTwins`: for an app with both APNs environments, its lane → the lane of its sandbox
     /// pool (named in `apps` too, never by a job).
     public init(policy: DeliveryPolicy, apps: [(name: String, defaults: JobDefaults)], queues: [String]? = nil, seed: UInt64,
-                sandboxTwins: [Int: Int] = [:]) {
+                sandboxTwins: [Int: Int] = [:], broadcastTwins: [Int: Int] = [:]) {
         self.policy = policy
         sandboxLanes = sandboxTwins
+        broadcastLanes = broadcastTwins
         lanes = apps.map { Lane(name: $0.name, defaults: $0.defaults) }
         if let queues, !queues.isEmpty {
             defaultsByQueue = queues.map { queue in
@@ -276,7 +280,7 @@ public final class DeliveryRules {
         acceptedCollapse = Array(repeating: [:], count: queueCount)
         finishing = Array(repeating: [], count: queueCount)
         var names: [String: Int] = [:]
-        let twins = Set(sandboxTwins.values)
+        let twins = Set(sandboxTwins.values).union(broadcastTwins.values)
         for (index, app) in apps.enumerated() where names[app.name] == nil && !twins.contains(index) { names[app.name] = index }
         laneByName = names
         random = SplitMix64(seed: seed)
@@ -394,6 +398,7 @@ public final class DeliveryRules {
         let expired = DeliveryRules.hasExpired(job.template.expiration, by: now)
         let readAttempts = max(0, job.attempts)
         let spent = readAttempts >= policy.maxAttempts
+        let sendingLane = admittedLane(job, lane: laneIndex)
         for (tokenIndex, token) in job.tokens.enumerated() {
             let context = UInt64(index) << 16 | UInt64(tokenIndex)
             if expired {
@@ -417,7 +422,7 @@ public final class DeliveryRules {
                 record.remaining -= 1
                 continue
             }
-            if lanes[laneIndex].halted || draining {
+            if lanes[sendingLane].halted || draining {
                 // Refused credentials park the job (no attempt spent); a draining worker hands it back.
                 // Never queued, so never in `queuedCollapse`: nothing newer may supersede it there.
                 park(record, token: token, attempts: readAttempts, delay: draining ? 0 : policy.credentialsRetryMilliseconds, now: now)
@@ -439,7 +444,7 @@ public final class DeliveryRules {
                 }
                 queuedCollapse[queue][key] = context
             }
-            lanes[laneIndex].append(context, urgent: isUrgent(queue: queue))
+            lanes[sendingLane].append(context, urgent: isUrgent(queue: queue))
         }
         if record.remaining <= 0 { finish(index, now: now) }
     }

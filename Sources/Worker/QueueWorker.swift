@@ -135,6 +135,15 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             appLanes.append(AppLane(app: WorkerApp(name: app.name + WorkerApp.sandboxSuffix, pool: sandboxPool, defaults: app.defaults),
                                     queue: configuration.keys.queue))
         }
+        // An app with a broadcast host gets a lane for its broadcast pool too, which no job names
+        // either: the app's broadcast jobs wait there (see DeliveryRules+Broadcast).
+        var broadcastTwins: [Int: Int] = [:]
+        for (index, app) in apps.enumerated() {
+            guard let broadcastPool = app.broadcastPool else { continue }
+            broadcastTwins[index] = appLanes.count
+            appLanes.append(AppLane(app: WorkerApp(name: app.name + WorkerApp.broadcastSuffix, pool: broadcastPool, defaults: app.defaults),
+                                    queue: configuration.keys.queue))
+        }
         lanes = appLanes
         endpointForQueue = { _ in redis }
         self.sentinel = sentinel.map { RedisSentinelResolver(loop: loop, configuration: $0, base: redis) }
@@ -162,7 +171,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         var seed = SystemRandomNumberGenerator()
         rules = DeliveryRules(policy: DeliveryPolicy(configuration),
                               apps: lanes.map { ($0.name, $0.defaults) }, queues: streams.map(\.queue), seed: seed.next(),
-                              sandboxTwins: sandboxTwins)
+                              sandboxTwins: sandboxTwins, broadcastTwins: broadcastTwins)
         rules.urgentQueues = streams.map(\.isUrgentLane)
         rules.resultsByQueue = streams.map { configuration.results.includes($0.queue) }
         for lane in lanes { lane.pool.delegate = self }
@@ -1234,18 +1243,24 @@ public struct WorkerApp {
     public static let defaultName = "default"
     /// Appended to an app's name for its sandbox lane (metrics label its pool `APP/sandbox`).
     public static let sandboxSuffix = "/sandbox"
+    /// Appended to an app's name for its broadcast lane (metrics label its pool `APP/broadcast`).
+    public static let broadcastSuffix = "/broadcast"
     public let name: String
     public let pool: ConnectionPool
     public let defaults: JobDefaults
     /// With both APNs environments (`environment: both`): the sandbox pool, which gets what
     /// `pool` (production) answers 400 BadDeviceToken, once.
     public let sandboxPool: ConnectionPool?
+    /// With a broadcast host: the pool the app's broadcast jobs (`channel_id`) go to.
+    public let broadcastPool: ConnectionPool?
 
-    public init(name: String, pool: ConnectionPool, defaults: JobDefaults, sandboxPool: ConnectionPool? = nil) {
+    public init(name: String, pool: ConnectionPool, defaults: JobDefaults, sandboxPool: ConnectionPool? = nil,
+                broadcastPool: ConnectionPool? = nil) {
         self.name = name
         self.pool = pool
         self.defaults = defaults
         self.sandboxPool = sandboxPool
+        self.broadcastPool = broadcastPool
     }
 }
 

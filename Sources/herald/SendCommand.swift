@@ -102,7 +102,9 @@ struct SendCommand: ParsableCommand {
         let loop = try EventLoop()
         let tokenSource = try app.credentials?.tokenSource(time: .system, logger: logger)
         let pool = try CommandFailure.configuring {
-            try ConnectionPool(loop: loop, configuration: app.pool, tokens: tokenSource, logger: logger)
+            // A broadcast goes to the app's broadcast host when it has one, as the worker sends it.
+            try ConnectionPool(loop: loop, configuration: notification.channelID != nil ? (app.broadcastPool ?? app.pool) : app.pool,
+                               tokens: tokenSource, logger: logger)
         }
         let session = SendSession(loop: loop, pool: pool, notifications: notifications, quiet: quiet)
         pool.delegate = session

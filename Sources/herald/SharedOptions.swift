@@ -68,6 +68,12 @@ struct APNsTargetOptions: ParsableArguments {
     @Option(name: .customLong("apns-port"), help: "Override the APNs port (env HERALD_APNS_PORT; default 443).")
     var apnsPort: Int?
 
+    @Option(name: .customLong("apns-broadcast-host"), help: "Send Live Activity broadcasts (jobs with channel_id, --channel) to this host over a pool of their own, e.g. api-broadcast.push.apple.com (env HERALD_APNS_BROADCAST_HOST; default none: broadcasts go over the app's push connections to --apns-host).")
+    var apnsBroadcastHost: String?
+
+    @Option(name: .customLong("apns-broadcast-port"), help: "The broadcast host's port, with --apns-broadcast-host (env HERALD_APNS_BROADCAST_PORT; default 443).")
+    var apnsBroadcastPort: Int?
+
     @Option(name: .customLong("ca-file"), help: "An extra trusted CA certificate (PEM), e.g. the emulator's (env HERALD_CA_FILE; default none: the system's CAs). Verification is always on.")
     var caFile: String?
 
@@ -122,6 +128,32 @@ struct APNsTargetOptions: ParsableArguments {
             environment: environment?.rawValue ?? environmentValue("ENVIRONMENT") ?? file?.environment, production: production,
             host: sandbox?.apnsSandboxHost ?? environmentValue("APNS_SANDBOX_HOST") ?? file?.apnsSandboxHost,
             port: try sandbox?.apnsSandboxPort ?? intEnvironment("APNS_SANDBOX_PORT") ?? file?.apnsSandboxPort)
+    }
+
+    /// With a broadcast host: the pool broadcasts go to (one connection; the app's streams, CA and
+    /// timeouts; its own host and port, from the flags, HERALD_* or the file). Nil without one.
+    func broadcastPoolConfiguration(push: PoolConfiguration, file: ConfigFile.App? = nil) throws -> PoolConfiguration? {
+        try APNsTargetOptions.broadcastPoolConfiguration(
+            push: push, host: apnsBroadcastHost ?? environmentValue("APNS_BROADCAST_HOST") ?? file?.broadcastHost,
+            port: try apnsBroadcastPort ?? intEnvironment("APNS_BROADCAST_PORT") ?? file?.broadcastPort)
+    }
+
+    static func broadcastPoolConfiguration(push: PoolConfiguration, host: String?, port: Int?) throws -> PoolConfiguration? {
+        guard let host else {
+            guard port == nil else {
+                throw CommandFailure.configuration("a broadcast port (\(port!)) was given without a broadcast host: set --apns-broadcast-host (HERALD_APNS_BROADCAST_HOST, or broadcast_host in the config file) too")
+            }
+            return nil
+        }
+        guard !host.isEmpty else {
+            throw CommandFailure.configuration("the broadcast host is empty: name a host (e.g. api-broadcast.push.apple.com) or leave it unset to send broadcasts over the push connections")
+        }
+        var pool = push
+        pool.host = host
+        pool.port = port ?? 443
+        pool.connections = 1
+        guard (1...65_535).contains(pool.port) else { throw ValidationError("the broadcast APNs port must be 1 to 65535, not \(pool.port)") }
+        return pool
     }
 
     static func sandboxPoolConfiguration(environment: String?, production: PoolConfiguration, host: String?, port: Int?) throws -> PoolConfiguration? {

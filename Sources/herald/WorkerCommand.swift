@@ -192,7 +192,19 @@ struct WorkerCommand: ParsableCommand {
                             made.credentialsReloader = app.credentials?.reloader
                             sandboxPool = made
                         }
-                        workerApps.append(WorkerApp(name: app.name, pool: pool, defaults: app.defaults, sandboxPool: sandboxPool))
+                        // A broadcast host: a pool of its own with the same credentials.
+                        var broadcastPool: ConnectionPool? = nil
+                        if let broadcast = app.broadcastPool {
+                            var broadcastLogger = appLogger
+                            broadcastLogger[metadataKey: "pool"] = "broadcast"
+                            let made = try CommandFailure.configuring {
+                                try ConnectionPool(loop: thread.loop, configuration: broadcast, tokens: tokens, logger: broadcastLogger)
+                            }
+                            made.credentialsReloader = app.credentials?.reloader
+                            broadcastPool = made
+                        }
+                        workerApps.append(WorkerApp(name: app.name, pool: pool, defaults: app.defaults, sandboxPool: sandboxPool,
+                                                    broadcastPool: broadcastPool))
                     }
                     let worker = QueueWorker(loop: thread.loop, configuration: consumerConfig, apps: workerApps, redis: endpoint,
                                              sentinel: sentinel, logger: threadLogger)
@@ -215,7 +227,7 @@ struct WorkerCommand: ParsableCommand {
         for app in apps {
             logger.info("worker started", metadata: [
                 "version": "\(HeraldVersion.string)", "commit": "\(HeraldVersion.commit)",
-                "queue": "\(queues.map(\.queue).joined(separator: ","))", "redis": "\(clusterSeeds?.description ?? sentinel.map { "sentinel \($0.summary)" } ?? endpoint.description)", "app": "\(app.name)", "apns": "\(app.pool.host):\(app.pool.port)\(app.sandboxPool.map { " and sandbox \($0.host):\($0.port)" } ?? "")",
+                "queue": "\(queues.map(\.queue).joined(separator: ","))", "redis": "\(clusterSeeds?.description ?? sentinel.map { "sentinel \($0.summary)" } ?? endpoint.description)", "app": "\(app.name)", "apns": "\(app.pool.host):\(app.pool.port)\(app.sandboxPool.map { " and sandbox \($0.host):\($0.port)" } ?? "")\(app.broadcastPool.map { ", broadcasts \($0.host):\($0.port)" } ?? "")",
                 "auth": "\(app.credentials == nil ? "certificate" : "token")", "threads": "\(threadCount)",
                 "connections": "\(app.pool.connections)", "max_streams": "\(app.pool.maxStreams)",
             ])
@@ -242,6 +254,8 @@ struct ResolvedApp: Sendable {
     let pool: PoolConfiguration
     /// With environment `both`: the sandbox pool beside `pool` (production).
     var sandboxPool: PoolConfiguration? = nil
+    /// With a broadcast host: the pool the app's broadcasts go to.
+    var broadcastPool: PoolConfiguration? = nil
     let credentials: ResolvedCredentials?
     let defaults: JobDefaults
 }
@@ -318,9 +332,12 @@ extension Herald {
                 ? try target.sandboxPoolConfiguration(production: pool, sandbox: sandbox, file: fileApp)
                 : try APNsTargetOptions.sandboxPoolConfiguration(environment: fileApp?.environment, production: pool,
                                                                  host: fileApp?.apnsSandboxHost, port: fileApp?.apnsSandboxPort)
+            let broadcastPool = isDefault
+                ? try target.broadcastPoolConfiguration(push: pool, file: fileApp)
+                : try APNsTargetOptions.broadcastPoolConfiguration(push: pool, host: fileApp?.broadcastHost, port: fileApp?.broadcastPort)
             let bundle = isDefault ? (bundleID ?? environmentValue("BUNDLE_ID") ?? fileApp?.bundleID) : fileApp?.bundleID
-            result.append(ResolvedApp(name: name, pool: pool, sandboxPool: sandboxPool, credentials: tokenCredentials,
-                                      defaults: JobDefaults(bundleID: bundle)))
+            result.append(ResolvedApp(name: name, pool: pool, sandboxPool: sandboxPool, broadcastPool: broadcastPool,
+                                      credentials: tokenCredentials, defaults: JobDefaults(bundleID: bundle)))
         }
         return result
     }
