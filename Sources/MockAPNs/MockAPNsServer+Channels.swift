@@ -136,8 +136,8 @@ extension MockAPNsServer {
         return .success(channel)
     }
 
-    /// Sends a broadcast's answer, or a device push's with `--unique-ids`: like `send`, plus the
-    /// `apns-unique-id` header APNs' sandbox adds, and per-channel counting of broadcasts.
+    /// Sends a broadcast's answer: like `send`, plus the `apns-unique-id` header APNs adds to
+    /// broadcast answers, and per-channel counting of broadcasts.
     func sendWithUniqueID(_ answer: Answer, on connection: HTTP2ServerConnection, streamID: Int32) {
         let uniqueID = generatedID()
         let headers: [(name: String, value: String)] = [("apns-id", answer.apnsID), ("apns-unique-id", uniqueID)]

@@ -417,10 +417,12 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
             connection.resetStream(streamID: streamID, errorCode: code)
             return
         }
-        if answer.channelKey != nil || configuration.uniqueIDs {
+        if answer.channelKey != nil {
             sendWithUniqueID(answer, on: connection, streamID: streamID)
             return
         }
+        // Like APNs: production sends no apns-unique-id; the sandbox does (`--unique-ids`).
+        let uniqueID = configuration.uniqueIDs ? uniqueID() : nil
         // Counted when answered: an answer lost with its connection was not delivered.
         if answer.status == 200 {
             statistics.accepted += 1
@@ -432,21 +434,21 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
             if answer.stampMicros > 0 {
                 latency?.record(stampMicros: answer.stampMicros, nowMicros: LatencyRecorder.nowMicros())
             }
-            connection.respond(streamID: streamID, status: 200, apnsID: answer.apnsID, uniqueID: uniqueID(), body: [])
+            connection.respond(streamID: streamID, status: 200, apnsID: answer.apnsID, uniqueID: uniqueID, body: [])
             return
         }
         let reason = answer.reason ?? "Unknown"
         statistics.rejected[reason, default: 0] += 1
         if let garbage = faults.garbageBody, garbage.rate > 0, garbage.rate >= 1 || draw() < garbage.rate {
             statistics.garbageBodies += 1
-            connection.respond(streamID: streamID, status: answer.status, apnsID: answer.apnsID, uniqueID: uniqueID(),
+            connection.respond(streamID: streamID, status: answer.status, apnsID: answer.apnsID, uniqueID: uniqueID,
                                body: garbageBody(garbage.kind, reason: reason))
             return
         }
         var body = "{\"reason\":\"\(reason)\""
         if let timestamp = answer.timestamp { body += ",\"timestamp\":\(timestamp)" }
         body += "}"
-        connection.respond(streamID: streamID, status: answer.status, apnsID: answer.apnsID, uniqueID: uniqueID(), body: Array(body.utf8))
+        connection.respond(streamID: streamID, status: answer.status, apnsID: answer.apnsID, uniqueID: uniqueID, body: Array(body.utf8))
     }
 
     /// A fresh `apns-unique-id`, as APNs' sandbox sends with every answer (it names the

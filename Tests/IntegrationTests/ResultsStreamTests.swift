@@ -23,7 +23,10 @@ extension IntegrationTests {
 
         @Test
         func everyNotificationHasExactlyOneResultWithItsOutcome() async throws {
-            try await withWorkerBed(emulator: { $0.unregisteredPrefix = ResultsStream.deadPrefix }) { bed in
+            try await withWorkerBed(emulator: {
+                $0.unregisteredPrefix = ResultsStream.deadPrefix
+                $0.uniqueIDs = true  // as APNs' sandbox
+            }) { bed in
                 let good = 40
                 let dead = 8
                 let token = { (index: Int) in WorkerHarness.deviceToken(index, prefix: "5a") }
@@ -135,6 +138,8 @@ extension IntegrationTests {
                 #expect(Set(results.map { $0["job"] ?? "" }) == Set(ids[0..<3]), "\(results.map { $0["job"] })")
                 #expect(results.first { $0["job"] == ids[2] }?["reason"] == "payload_not_object", "\(results)")
                 #expect(results.filter { $0["job"] == ids[1] }.compactMap { $0["index"] }.sorted() == ["0", "1"])
+                // The emulator plays production here, which sends no apns-unique-id (only the sandbox does).
+                #expect(results.allSatisfy { $0["apns_unique_id"] == nil }, "\(results)")
                 let unknown = try await bed.counters().unknownFields
                 #expect(unknown == 0, "receipt is a field Herald knows: \(unknown) unknown")
             }
@@ -181,7 +186,10 @@ extension IntegrationTests {
 
         @Test
         func resultsTailJSONIsWhatABackendParses() async throws {
-            try await withWorkerBed(emulator: { $0.unregisteredPrefix = ResultsStream.deadPrefix }) { bed in
+            try await withWorkerBed(emulator: {
+                $0.unregisteredPrefix = ResultsStream.deadPrefix
+                $0.uniqueIDs = true  // as APNs' sandbox
+            }) { bed in
                 try await bed.enqueue(6) { index in
                     [("token", WorkerHarness.deviceToken(index, prefix: index < 4 ? "ab" : Self.deadPrefix)), ("payload", WorkerHarness.payload(index))]
                 }
