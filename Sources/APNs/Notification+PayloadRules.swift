@@ -104,8 +104,9 @@ extension Notification {
         case .mdm:
             return nil
         case .alert, .background:
-            guard let other = suffixedPushType(endingOf: topic) else { return nil }
+            // The usual job: its topic is the bundle id (the same string, so compared at once).
             if let bundleID, topic == bundleID { return nil }
+            guard let other = suffixedPushType(endingOf: topic) else { return nil }
             return .topicPushTypeMismatch(topic: NotificationError.excerpt(topic, limit: 100), pushType: pushType,
                                           suffixOf: other)
         default:

@@ -136,7 +136,7 @@ extension IntegrationTests {
                 #expect(enqueueNames.subtracting(sendNames).subtracting(redisFlags) == ["field", "distinct-tokens", "wait-replicas", "wait-timeout", "lane", "at"])
                 #expect(sendNames.isDisjoint(with: redisFlags), "\(sendNames.intersection(redisFlags))")
                 #expect(sendNames.subtracting(enqueueNames) == [
-                    "environment", "apns-host", "apns-port", "ca-file", "connections", "max-streams", "response-timeout", "ping-interval",
+                    "environment", "apns-host", "apns-port", "apns-broadcast-host", "apns-broadcast-port", "ca-file", "connections", "max-streams", "response-timeout", "ping-interval",
                     "team-id", "key-id", "key-file", "token-refresh-minutes", "config", "quiet", "timeout", "log-level", "log-format",
                 ])
                 for name in notification {
