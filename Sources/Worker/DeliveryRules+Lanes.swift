@@ -5,30 +5,6 @@ import Queue
 /// and the urgent sub-queue of each app's send queue. Kept apart from `DeliveryRules.swift` so
 /// the rules' main path reads as before: an urgent token only changes where it waits.
 extension DeliveryRules.Lane {
-    mutating func popUrgent() -> UInt64? {
-        guard urgentHead < urgent.count else { return nil }
-        urgentHead += 1
-        let context = urgent[urgentHead - 1]
-        if urgentHead == urgent.count {
-            urgent.removeAll(keepingCapacity: true)
-            urgentHead = 0
-        } else if urgentHead > 65_536 {
-            urgent.removeFirst(urgentHead)
-            urgentHead = 0
-        }
-        return context
-    }
-
-    /// Puts an urgent token first in line (a resend, or one the pool could not take).
-    mutating func pushFrontUrgent(_ context: UInt64) {
-        if urgentHead > 0 {
-            urgentHead -= 1
-            urgent[urgentHead] = context
-        } else {
-            urgent.insert(context, at: 0)
-        }
-    }
-
     /// Queues `context` at the back of its line: the urgent one or the bulk one.
     mutating func append(_ context: UInt64, urgent isUrgent: Bool) {
         if isUrgent { urgent.append(context) } else { queue.append(context) }
@@ -36,13 +12,13 @@ extension DeliveryRules.Lane {
 
     /// Puts `context` first in its line.
     mutating func pushFront(_ context: UInt64, urgent isUrgent: Bool) {
-        if isUrgent { pushFrontUrgent(context) } else { pushFront(context) }
+        if isUrgent { urgent.pushFront(context) } else { queue.pushFront(context) }
     }
 }
 
 extension DeliveryRules {
     /// Urgent tokens waiting in `lane` (app) for a stream slot.
-    public func queuedUrgent(lane: Int) -> Int { lanes[lane].urgent.count - lanes[lane].urgentHead }
+    public func queuedUrgent(lane: Int) -> Int { lanes[lane].urgent.count }
 
     /// Whether the rules' queue `queue` is an urgent stream.
     public func isUrgent(queue: Int) -> Bool { queue < urgentQueues.count && urgentQueues[queue] }
@@ -66,5 +42,5 @@ extension DeliveryRules {
     static let urgentRunLimit = 3
 
     /// Urgent tokens waiting in every app's line.
-    public var queuedUrgentTokens: Int { lanes.reduce(0) { $0 + $1.urgent.count - $1.urgentHead } }
+    public var queuedUrgentTokens: Int { lanes.reduce(0) { $0 + $1.urgent.count } }
 }

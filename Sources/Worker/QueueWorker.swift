@@ -126,24 +126,22 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         self.loop = loop
         self.configuration = configuration
         // An app with both APNs environments gets a second lane after every app's own: its
-        // sandbox pool, which no job names (see DeliveryRules+Environments).
+        // sandbox pool, which no job names (see DeliveryRules+Environments). An app with a
+        // broadcast host gets a lane for its broadcast pool too, which no job names either: the
+        // app's broadcast jobs wait there (see DeliveryRules+Broadcast).
         var appLanes = apps.map { AppLane(app: $0, queue: configuration.keys.queue) }
-        var sandboxTwins: [Int: Int] = [:]
-        for (index, app) in apps.enumerated() {
-            guard let sandboxPool = app.sandboxPool else { continue }
-            sandboxTwins[index] = appLanes.count
-            appLanes.append(AppLane(app: WorkerApp(name: app.name + WorkerApp.sandboxSuffix, pool: sandboxPool, defaults: app.defaults),
-                                    queue: configuration.keys.queue))
+        func twins(_ pool: (WorkerApp) -> ConnectionPool?, suffix: String) -> [Int: Int] {
+            var twins: [Int: Int] = [:]
+            for (index, app) in apps.enumerated() {
+                guard let twinPool = pool(app) else { continue }
+                twins[index] = appLanes.count
+                appLanes.append(AppLane(app: WorkerApp(name: app.name + suffix, pool: twinPool, defaults: app.defaults),
+                                        queue: configuration.keys.queue))
+            }
+            return twins
         }
-        // An app with a broadcast host gets a lane for its broadcast pool too, which no job names
-        // either: the app's broadcast jobs wait there (see DeliveryRules+Broadcast).
-        var broadcastTwins: [Int: Int] = [:]
-        for (index, app) in apps.enumerated() {
-            guard let broadcastPool = app.broadcastPool else { continue }
-            broadcastTwins[index] = appLanes.count
-            appLanes.append(AppLane(app: WorkerApp(name: app.name + WorkerApp.broadcastSuffix, pool: broadcastPool, defaults: app.defaults),
-                                    queue: configuration.keys.queue))
-        }
+        let sandboxTwins = twins(\.sandboxPool, suffix: WorkerApp.sandboxSuffix)
+        let broadcastTwins = twins(\.broadcastPool, suffix: WorkerApp.broadcastSuffix)
         lanes = appLanes
         endpointForQueue = { _ in redis }
         self.sentinel = sentinel.map { RedisSentinelResolver(loop: loop, configuration: $0, base: redis) }

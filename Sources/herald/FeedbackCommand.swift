@@ -42,52 +42,10 @@ extension FeedbackCommand {
         func run() throws {
             let keys = try queueOptions.singleQueue(for: "feedback " + (Self.configuration.commandName ?? ""))
             let redis = try queueOptions.blockingClient()
-            if follow { try redis.stopOnSignals() }
-            let reader = FeedbackReader(redis: redis, keys: keys)
             let printer = FeedbackPrinter(showTokens: showTokens, json: json)
-
-            var last: StreamEntryID
-            switch from {
-            case "$"?:
-                last = try reader.lastID()
-                if !follow { QueueToolOutput.note("--from $ without --follow prints nothing: it starts after the newest entry") }
-            case let id?:
-                let start = StreamEntryID(id) ?? StreamEntryID(milliseconds: 0, sequence: 0)
-                let entries = try reader.after(start, count: count)
-                printer.print(entries, now: HumanTime.nowMilliseconds())
-                last = entries.last?.id ?? start
-            case nil:
-                let entries = try reader.last(count)
-                printer.print(entries, now: HumanTime.nowMilliseconds())
-                last = try entries.last?.id ?? reader.lastID()
-            }
-            guard follow else { return }
-            if !json { QueueToolOutput.note("following \(keys.feedback) after \(last); Ctrl-C to stop") }
-            var failures = 0
-            while true {
-                do {
-                    let entries = try reader.wait(after: last, blockMilliseconds: 5_000, count: 500)
-                    failures = 0
-                    printer.print(entries, now: HumanTime.nowMilliseconds())
-                    if let newest = entries.last?.id { last = newest }
-                } catch QueueToolError.interrupted {
-                    return
-                } catch let error as QueueToolError {
-                    // Redis restarted or the network blinked: say so, wait, and carry on after `last`.
-                    switch error {
-                    case .connectionLost, .unreachable, .timedOut:
-                        failures += 1
-                        if failures == 1 || failures % 30 == 0 {
-                            QueueToolOutput.note("Redis at \(redis.targetDescription) is gone (\(error)); reconnecting every second, Ctrl-C to stop")
-                        }
-                        redis.reconnect()
-                        // Wait a second on the loop, so Ctrl-C still ends the command at once.
-                        try? redis.idle(milliseconds: 1_000)
-                        if redis.interrupted { return }
-                    default:
-                        throw error
-                    }
-                }
+            try StreamTail.run(FeedbackReader(redis: redis, keys: keys), redis: redis, key: keys.feedback, from: from, count: count,
+                               follow: follow, json: json) {
+                printer.print($0, now: HumanTime.nowMilliseconds())
             }
         }
     }

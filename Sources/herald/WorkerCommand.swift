@@ -180,29 +180,20 @@ struct WorkerCommand: ParsableCommand {
                             try ConnectionPool(loop: thread.loop, configuration: app.pool, tokens: tokens, logger: appLogger)
                         }
                         pool.credentialsReloader = app.credentials?.reloader
-                        // Both environments: a second pool with the same credentials (provider
-                        // tokens and certificates are valid for either environment's host).
-                        var sandboxPool: ConnectionPool? = nil
-                        if let sandbox = app.sandboxPool {
-                            var sandboxLogger = appLogger
-                            sandboxLogger[metadataKey: "environment"] = "sandbox"
+                        // Both environments, or a broadcast host: another pool with the same
+                        // credentials (provider tokens and certificates are valid for every host).
+                        func secondPool(_ configuration: PoolConfiguration?, _ label: String, _ value: String) throws -> ConnectionPool? {
+                            guard let configuration else { return nil }
+                            var logger = appLogger
+                            logger[metadataKey: label] = "\(value)"
                             let made = try CommandFailure.configuring {
-                                try ConnectionPool(loop: thread.loop, configuration: sandbox, tokens: tokens, logger: sandboxLogger)
+                                try ConnectionPool(loop: thread.loop, configuration: configuration, tokens: tokens, logger: logger)
                             }
                             made.credentialsReloader = app.credentials?.reloader
-                            sandboxPool = made
+                            return made
                         }
-                        // A broadcast host: a pool of its own with the same credentials.
-                        var broadcastPool: ConnectionPool? = nil
-                        if let broadcast = app.broadcastPool {
-                            var broadcastLogger = appLogger
-                            broadcastLogger[metadataKey: "pool"] = "broadcast"
-                            let made = try CommandFailure.configuring {
-                                try ConnectionPool(loop: thread.loop, configuration: broadcast, tokens: tokens, logger: broadcastLogger)
-                            }
-                            made.credentialsReloader = app.credentials?.reloader
-                            broadcastPool = made
-                        }
+                        let sandboxPool = try secondPool(app.sandboxPool, "environment", "sandbox")
+                        let broadcastPool = try secondPool(app.broadcastPool, "pool", "broadcast")
                         workerApps.append(WorkerApp(name: app.name, pool: pool, defaults: app.defaults, sandboxPool: sandboxPool,
                                                     broadcastPool: broadcastPool))
                     }
