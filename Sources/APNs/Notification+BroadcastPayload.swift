@@ -9,7 +9,7 @@ extension Notification {
     /// `maxBroadcastPayloadBytes`, one JSON object, and the Live Activity members (`aps.timestamp`,
     /// `aps.event`, and for `start` `attributes-type` and `attributes`) that `validate()` checks
     /// for `liveactivity` device pushes. Reads the bytes in place.
-    public static func broadcastPayloadError(_ payload: [UInt8]) -> NotificationError? {
+    public static func broadcastPayloadError(_ payload: ArraySlice<UInt8>) -> NotificationError? {
         payload.withUnsafeBufferPointer { bytes -> NotificationError? in
             guard bytes.count > 0 else { return .payloadEmpty }
             guard bytes.count <= maxBroadcastPayloadBytes else {

@@ -37,8 +37,9 @@ public struct Notification: Sendable {
     }
     private var apnsIDText: String?
     private var apnsIDValue: UUIDBits?
-    /// The UTF-8 JSON text of the payload.
-    public var payload: [UInt8]
+    /// The UTF-8 JSON text of the payload. A slice: the worker's jobs keep their payload inside
+    /// the stream entry's packed fields instead of copying it out (see `StreamFields`).
+    public var payload: ArraySlice<UInt8>
     /// A broadcast to a Live Activity channel (`POST /4/broadcasts/apps/<topic>`) rather than a
     /// device push: `deviceToken` then holds the channel id (sent as `apns-channel-id`) and
     /// `topic` the bare bundle id. Kept in the token's place so the worker's per-token machinery
@@ -62,7 +63,7 @@ public struct Notification: Sendable {
         self.expiration = expiration
         self.collapseID = collapseID
         self.apnsIDText = apnsID
-        self.payload = payload
+        self.payload = payload[...]
     }
 
     /// The priority to write in `apns-priority`: the one given, else the push type's default.

@@ -99,7 +99,7 @@ extension MockAPNsServer {
             if channel.storagePolicy == .noStorage, value != 0 { return reject(400, "BadExpirationDate") }
         }
         if request.bodyTruncated { return reject(413, "PayloadTooLarge") }
-        if let error = Notification.broadcastPayloadError(request.body) {
+        if let error = Notification.broadcastPayloadError(request.body[...]) {
             let (status, reason) = MockAPNsServer.apnsAnswer(for: error)
             return reject(status, reason)
         }

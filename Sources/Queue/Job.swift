@@ -74,8 +74,11 @@ public struct JobDefaults: Sendable {
 /// Immutable once decoded.
 public final class Job: Sendable {
     public let entryID: StreamEntryID
-    /// The entry's fields as read, kept for dead-letter and retry entries.
-    public let fields: [(name: String, value: [UInt8])]
+    /// The entry's fields as read, kept for dead-letter and retry entries (the payload is a
+    /// slice of the same buffer).
+    public let packedFields: StreamFields
+    /// The entry's fields as (name, value) pairs (copies, for dead-letter and retry entries).
+    public var fields: [(name: String, value: [UInt8])] { packedFields.pairs }
     /// The entry id the job was first enqueued as (itself unless this is a retry).
     public var origin: String { originText ?? entryID.description }
     /// The `origin` field as written, when the entry carried one (a retry); otherwise the
@@ -108,13 +111,13 @@ public final class Job: Sendable {
     public let deliverAt: Int64?
 
     init(
-        entryID: StreamEntryID, fields: [(name: String, value: [UInt8])], originText: String?, originID: StreamEntryID,
+        entryID: StreamEntryID, fields: StreamFields, originText: String?, originID: StreamEntryID,
         enqueuedAt: Int64, tokens: JobTokens, invalidTokens: [(token: String, error: NotificationError)],
         template: Notification, explicitAPNsID: String?, apnsIDBaseText: String?, apnsIDNamespace: String,
         attempts: Int, unknownFields: Int, deliverAt: Int64? = nil
     ) {
         self.entryID = entryID
-        self.fields = fields
+        self.packedFields = fields
         self.originText = originText
         self.originID = originID
         self.enqueuedAt = enqueuedAt
@@ -146,12 +149,12 @@ public final class Job: Sendable {
 
     /// Whether the job asks for receipts (`receipt` is `1` or `true`).
     public var wantsReceipt: Bool {
-        guard let value = field(JobField.receipt) else { return false }
+        guard let value = packedFields.firstValue(JobField.receipt) else { return false }
         return value.elementsEqual("1".utf8) || value.elementsEqual("true".utf8)
     }
 
     /// The value of field `name`, if present.
     public func field(_ name: String) -> [UInt8]? {
-        fields.first { $0.name == name }?.value
+        packedFields.firstValue(name).map { Array($0) }
     }
 }

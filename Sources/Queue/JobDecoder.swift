@@ -1,12 +1,44 @@
 import APNs
+import Glibc
 
 /// Turns a stream entry's fields into a validated `Job`, or says precisely what is wrong.
 /// Called once per job on the worker's loop; no Foundation, no JSON parse beyond validation.
 public enum JobDecoder {
+    /// Decodes fields given as (name, value) pairs (packed first: the tools' and tests' way in).
     public static func decode(entryID: StreamEntryID, fields: [(name: String, value: [UInt8])], defaults: JobDefaults) -> Result<Job, JobError> {
-        var token: [UInt8]? = nil
-        var tokens: [UInt8]? = nil
-        var payload: [UInt8]? = nil
+        decode(entryID: entryID, fields: StreamFields(fields), defaults: defaults)
+    }
+
+    /// The fields Herald reads, by their name's bytes (see `JobField`).
+    enum Known { case token, tokens, payload, topic, pushType, priority, expiration, collapseID, id, attempts, origin,
+                      enqueuedAt, idBase, channelID, ignored, deliverAt, scheduled }
+
+    /// Which known field `name` is, compared byte for byte (nil: a field Herald does not know).
+    static func known(_ name: UnsafeRawBufferPointer) -> Known? {
+        @inline(__always) func equals(_ literal: StaticString) -> Bool {
+            literal.utf8CodeUnitCount == name.count
+                && memcmp(literal.utf8Start, name.baseAddress!, name.count) == 0
+        }
+        guard !name.isEmpty else { return nil }
+        switch name.count {
+        case 2: return equals("id") ? .id : nil
+        case 3: return equals("app") ? .ignored : nil
+        case 4: return equals("lane") ? .ignored : nil
+        case 5: return equals("token") ? .token : equals("topic") ? .topic : nil
+        case 6: return equals("tokens") ? .tokens : equals("origin") ? .origin : nil
+        case 7: return equals("payload") ? .payload : equals("id_base") ? .idBase : equals("receipt") ? .ignored : nil
+        case 8: return equals("priority") ? .priority : equals("attempts") ? .attempts : equals("retry_id") ? .ignored : nil
+        case 9: return equals("push_type") ? .pushType : equals("scheduled") ? .scheduled : nil
+        case 10: return equals("expiration") ? .expiration : equals("channel_id") ? .channelID : equals("deliver_at") ? .deliverAt : nil
+        case 11: return equals("collapse_id") ? .collapseID : equals("enqueued_at") ? .enqueuedAt : nil
+        default: return nil
+        }
+    }
+
+    public static func decode(entryID: StreamEntryID, fields: StreamFields, defaults: JobDefaults) -> Result<Job, JobError> {
+        var token: ArraySlice<UInt8>? = nil
+        var tokens: ArraySlice<UInt8>? = nil
+        var payload: ArraySlice<UInt8>? = nil
         var topic: String? = nil
         var pushTypeText: String? = nil
         var priorityText: String? = nil
@@ -17,30 +49,34 @@ public enum JobDecoder {
         var origin: String? = nil
         var enqueuedAtText: String? = nil
         var idBase: String? = nil
-        var channelID: [UInt8]? = nil
-        var deliverAtBytes: [UInt8]? = nil
+        var channelID: ArraySlice<UInt8>? = nil
+        var deliverAtBytes: ArraySlice<UInt8>? = nil
         var scheduled = false
         var unknown = 0
-        for (name, value) in fields {
-            switch name {
-            case JobField.token: token = value
-            case JobField.tokens: tokens = value
-            case JobField.payload: payload = value
-            case JobField.topic: topic = text(value)
-            case JobField.pushType: pushTypeText = text(value)
-            case JobField.priority: priorityText = text(value)
-            case JobField.expiration: expirationText = text(value)
-            case JobField.collapseID: collapseID = text(value)
-            case JobField.id: id = text(value)
-            case JobField.attempts: attemptsText = text(value)
-            case JobField.origin: origin = text(value)
-            case JobField.enqueuedAt: enqueuedAtText = text(value)
-            case JobField.idBase: idBase = text(value)
-            case JobField.channelID: channelID = value
-            case JobField.app, JobField.retryID, JobField.receipt: break
-            case JobField.deliverAt: deliverAtBytes = value
-            case JobField.scheduled: scheduled = !value.isEmpty
-            default: unknown += 1
+        for index in 0..<fields.count {
+            guard let kind = fields.withName(at: index, known) else {
+                unknown += 1
+                continue
+            }
+            let value = fields.value(at: index)
+            switch kind {
+            case .token: token = value
+            case .tokens: tokens = value
+            case .payload: payload = value
+            case .topic: topic = text(value)
+            case .pushType: pushTypeText = text(value)
+            case .priority: priorityText = text(value)
+            case .expiration: expirationText = text(value)
+            case .collapseID: collapseID = text(value)
+            case .id: id = text(value)
+            case .attempts: attemptsText = text(value)
+            case .origin: origin = text(value)
+            case .enqueuedAt: enqueuedAtText = text(value)
+            case .idBase: idBase = text(value)
+            case .channelID: channelID = value
+            case .ignored: break
+            case .deliverAt: deliverAtBytes = value
+            case .scheduled: scheduled = !value.isEmpty
             }
         }
         guard let payload, !payload.isEmpty else { return .failure(.missingPayload) }
@@ -72,7 +108,7 @@ public enum JobDecoder {
         // Checked even when the job was already held for it (`scheduled`): a dead letter of a bad value says so at once.
         var deliverAt: Int64? = nil
         if let deliverAtBytes, !deliverAtBytes.isEmpty {
-            guard let value = DeliverAt.parse(deliverAtBytes) else { return .failure(.badDeliverAt(text(deliverAtBytes))) }
+            guard let value = DeliverAt.parse(Array(deliverAtBytes)) else { return .failure(.badDeliverAt(text(deliverAtBytes))) }
             if !scheduled { deliverAt = value }
         }
         var tokenList: [String] = []
@@ -80,7 +116,7 @@ public enum JobDecoder {
         // The usual job (`token` only) keeps its token without a list: no array per job.
         var single: String? = nil
         if let token, !token.isEmpty {
-            if tokens == nil { single = lowercased(token[...]) } else { tokenList.append(lowercased(token[...])) }
+            if tokens == nil { single = lowercased(token) } else { tokenList.append(lowercased(token)) }
         }
         if let tokens {
             // Room for the usual fan-out field (64 hex digits and a comma each) at once, not by doubling.
@@ -125,7 +161,8 @@ public enum JobDecoder {
         }
         var template = Notification(
             deviceToken: single ?? tokenList[0], topic: resolvedTopic, pushType: pushType, priority: priority,
-            expiration: expiration, collapseID: collapseID.flatMap { $0.isEmpty ? nil : $0 }, apnsID: nil, payload: payload)
+            expiration: expiration, collapseID: collapseID.flatMap { $0.isEmpty ? nil : $0 }, apnsID: nil, payload: [])
+        template.payload = payload
         if single != nil || tokenList.count == 1 {
             // One token (the usual job): validate() checks it with the rest; no second list.
             let only = single ?? tokenList[0]
@@ -162,7 +199,7 @@ public enum JobDecoder {
     }
 
     static func makeJob(
-        entryID: StreamEntryID, fields: [(name: String, value: [UInt8])], tokens: JobTokens,
+        entryID: StreamEntryID, fields: StreamFields, tokens: JobTokens,
         invalid: [(String, NotificationError)], template: Notification, id: String?, idBase: String?,
         origin: String?, originID: StreamEntryID?, enqueuedAt: Int64?, attempts: Int, unknown: Int, defaults: JobDefaults,
         deliverAt: Int64? = nil
@@ -185,7 +222,7 @@ public enum JobDecoder {
     }
 
     @inline(__always)
-    static func text(_ bytes: [UInt8]) -> String { String(decoding: bytes, as: UTF8.self) }
+    static func text(_ bytes: ArraySlice<UInt8>) -> String { String(decoding: bytes, as: UTF8.self) }
 
     /// The bytes as a String with ASCII A–F folded to lowercase (a copy only when needed).
     static func lowercased(_ bytes: some Collection<UInt8>) -> String {

@@ -49,8 +49,8 @@ extension JobDecoder {
     /// "token" is the channel id (so retries, stable apns-ids and feedback work per channel as
     /// they do per token).
     static func decodeBroadcast(
-        entryID: StreamEntryID, fields: [(name: String, value: [UInt8])], channelID bytes: [UInt8], hasTokens: Bool,
-        pushTypeText: String?, topic: String?, priority: Priority?, expiration: Int64?, collapseID: String?, payload: [UInt8],
+        entryID: StreamEntryID, fields: StreamFields, channelID bytes: ArraySlice<UInt8>, hasTokens: Bool,
+        pushTypeText: String?, topic: String?, priority: Priority?, expiration: Int64?, collapseID: String?, payload: ArraySlice<UInt8>,
         id: String?, idBase: String?, origin: String?, originID: StreamEntryID?, enqueuedAt: Int64?, attempts: Int,
         unknown: Int, defaults: JobDefaults
     ) -> Result<Job, JobError> {
@@ -71,7 +71,8 @@ extension JobDecoder {
         }
         var template = Notification(
             deviceToken: channelID, topic: bundleID, pushType: .liveactivity, priority: priority,
-            expiration: expiration, collapseID: nil, apnsID: nil, payload: payload)
+            expiration: expiration, collapseID: nil, apnsID: nil, payload: [])
+        template.payload = payload
         template.isBroadcast = true
         do { try template.validateBroadcast() } catch { return .failure(.notification(error)) }
         return .success(makeJob(entryID: entryID, fields: fields, tokens: JobTokens(channelID), invalid: [], template: template,

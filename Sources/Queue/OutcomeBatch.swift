@@ -31,7 +31,7 @@ public struct EntryOutcome: Sendable {
 /// until Redis confirms it.
 public struct OutcomeBatch: Sendable {
     public let sequence: UInt64
-    public let entries: [EntryOutcome]
+    public private(set) var entries: [EntryOutcome]
     /// The index of the queue (among the worker's queues) whose entries these are: the batch is
     /// written with that queue's keys on that queue's connection, never mixed with another queue.
     public let queue: Int
@@ -40,6 +40,14 @@ public struct OutcomeBatch: Sendable {
         self.sequence = sequence
         self.entries = entries
         self.queue = queue
+    }
+
+    /// Moves the entry array out, leaving this batch empty: the worker takes it back when Redis
+    /// has confirmed the batch, to reuse its storage for a later one.
+    public mutating func takeEntries() -> [EntryOutcome] {
+        var taken: [EntryOutcome] = []
+        swap(&taken, &entries)
+        return taken
     }
 
     /// Whether any entry has a write besides its acknowledgement (then the batch needs MULTI/EXEC).

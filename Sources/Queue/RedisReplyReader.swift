@@ -4,25 +4,33 @@ import Transport
 /// may repeat: a dead letter of a retried job carries the job's `attempts` and its own).
 public struct StreamRecord: Sendable {
     public let id: StreamEntryID
-    public let fields: [(name: String, value: [UInt8])]
+    /// The fields, packed (see `StreamFields`): what the worker reads.
+    public let packed: StreamFields
     /// Values (or the field list) the reply reader cut because they were outsized: such an entry
     /// is dead-lettered whole, never sent. Empty for every ordinary entry.
     public let truncated: [TruncatedValue]
 
     public init(id: StreamEntryID, fields: [(name: String, value: [UInt8])], truncated: [TruncatedValue] = []) {
+        self.init(id: id, packed: StreamFields(fields), truncated: truncated)
+    }
+
+    public init(id: StreamEntryID, packed: StreamFields, truncated: [TruncatedValue] = []) {
         self.id = id
-        self.fields = fields
+        self.packed = packed
         self.truncated = truncated
     }
 
+    /// The fields as (name, value) pairs, in order (copies: for the tools and the rare paths).
+    public var fields: [(name: String, value: [UInt8])] { packed.pairs }
+
     /// The last value of field `name` (the one Herald appended last), as bytes.
     public func lastValue(_ name: String) -> [UInt8]? {
-        fields.last { $0.name == name }?.value
+        packed.lastValue(name).map { Array($0) }
     }
 
     /// The last value of field `name`, as text.
     public func text(_ name: String) -> String? {
-        lastValue(name).map { String(decoding: $0, as: UTF8.self) }
+        packed.lastValue(name).map { String(decoding: $0, as: UTF8.self) }
     }
 }
 
@@ -91,7 +99,7 @@ public enum RedisReplyReader {
     }
 
     /// The cut nodes of one entry's field list (its nodes are `nodes`, the list itself first).
-    private static func truncations(_ tape: RedisReplyTape, in nodes: Range<Int>, fields: [(name: String, value: [UInt8])]) -> [TruncatedValue] {
+    private static func truncations(_ tape: RedisReplyTape, in nodes: Range<Int>, fields: StreamFields) -> [TruncatedValue] {
         let fieldList = nodes.lowerBound
         var found: [TruncatedValue] = []
         for truncation in tape.truncations where nodes.contains(truncation.node) {
@@ -100,7 +108,7 @@ public enum RedisReplyReader {
             } else {
                 // A value at node fieldList + 2k + 2 belongs to field k (names and values alternate).
                 let position = truncation.node - fieldList - 1
-                let field = position / 2 < fields.count ? fields[position / 2].name : nil
+                let field = position / 2 < fields.count ? fields.name(at: position / 2) : nil
                 found.append(TruncatedValue(field: field, length: truncation.fullLength,
                                             sha256: truncation.sha256.isEmpty ? nil : hex(truncation.sha256), byBudget: truncation.byBudget))
             }
@@ -130,6 +138,8 @@ public enum RedisReplyReader {
     }
 
     /// Reads the entry `[id, [field, value, …] | nil]` at `index`; returns the index after it.
+    /// The usual field list (strings only, names and values paired) is copied into its packed
+    /// buffer in one piece: its bytes lie back to back on the tape.
     private static func entry(_ tape: RedisReplyTape, at index: Int, into records: inout [StreamRecord]) -> Int {
         let nodes = tape.nodes
         guard nodes[index].kind == .array, nodes[index].value == 2, nodes[index + 1].kind == .string else {
@@ -137,31 +147,65 @@ public enum RedisReplyReader {
         }
         let id = tape.withBytes(of: index + 1) { StreamEntryID(bytes: $0) }
         var next = index + 2
-        var fields: [(name: String, value: [UInt8])] = []
         let fieldList = next
+        var fields = StreamFields.empty
         if nodes[next].kind == .array {
             let count = Int(nodes[next].value)
-            fields.reserveCapacity(count / 2)
             next += 1
-            var pair = 0
-            while pair + 1 < count {
-                if nodes[next].kind == .string && nodes[next + 1].kind == .string {
-                    let name = tape.withBytes(of: next) { FieldName.decode($0) }
-                    fields.append((name, tape.byteArray(of: next + 1)))
+            let first = next
+            if count % 2 == 0, first + count <= nodes.count, backToBack(nodes, first..<first + count) {
+                next = first + count
+                fields = packed(tape, nodes: nodes, first: first, pairs: count / 2)
+            } else {
+                // Not the shape Redis gives a stream entry (an odd count, a nested value): the
+                // string pairs are kept, the rest skipped.
+                var pairs: [(name: String, value: [UInt8])] = []
+                var pair = 0
+                while pair + 1 < count {
+                    if nodes[next].kind == .string && nodes[next + 1].kind == .string {
+                        let name = tape.withBytes(of: next) { FieldName.decode($0) }
+                        pairs.append((name, tape.byteArray(of: next + 1)))
+                    }
+                    next = tape.skip(tape.skip(next))
+                    pair += 2
                 }
-                next = tape.skip(tape.skip(next))
-                pair += 2
+                if pair < count { next = tape.skip(next) }
+                fields = StreamFields(pairs)
             }
-            if pair < count { next = tape.skip(next) }
         } else {
             next = tape.skip(next)
         }
         if let id {
             // Only an outsized reply has truncations: the usual entry pays one isEmpty test.
             let truncated = tape.truncations.isEmpty ? [] : truncations(tape, in: fieldList..<next, fields: fields)
-            records.append(StreamRecord(id: id, fields: fields, truncated: truncated))
+            records.append(StreamRecord(id: id, packed: fields, truncated: truncated))
         }
         return next
+    }
+
+    /// Whether `range` holds only string nodes whose bytes follow one another on the tape.
+    private static func backToBack(_ nodes: [RedisReplyTape.Node], _ range: Range<Int>) -> Bool {
+        var expected = range.isEmpty ? 0 : nodes[range.lowerBound].start
+        for node in range {
+            guard nodes[node].kind == .string, nodes[node].start == expected else { return false }
+            expected = nodes[node].start + nodes[node].length
+        }
+        return true
+    }
+
+    /// The `2 × pairs` string nodes from `first` on, packed: their bytes are one run on the tape.
+    private static func packed(_ tape: RedisReplyTape, nodes: [RedisReplyTape.Node], first: Int, pairs: Int) -> StreamFields {
+        guard pairs > 0 else { return .empty }
+        let start = Int(nodes[first].start)
+        let last = nodes[first + 2 * pairs - 1]
+        let end = Int(last.start) + Int(last.length)
+        return tape.withAllBytes { bytes in
+            StreamFields.build(count: pairs, byteCount: end - start) { boundaries, destination in
+                for node in 0..<2 * pairs { boundaries[node] = UInt32(Int(nodes[first + node].start) - start) }
+                boundaries[2 * pairs] = UInt32(end - start)
+                if end > start { destination.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[start..<end])) }
+            }
+        }
     }
 
     /// A flat `[key, value, key, value, …]` reply (XINFO) as a dictionary.

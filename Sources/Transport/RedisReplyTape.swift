@@ -11,7 +11,8 @@ public final class RedisReplyTape {
         public let kind: Kind
         /// Elements of an array (those kept), or the value of an integer.
         public let value: Int64
-        let start: Int32
+        /// Where a string's bytes start among the tape's bytes (see `withAllBytes`).
+        public let start: Int32
         /// Bytes kept of a string.
         public let length: Int32
     }
@@ -96,6 +97,13 @@ public final class RedisReplyTape {
     public func withBytes<R>(of index: Int, _ body: (UnsafeRawBufferPointer) -> R) -> R {
         let node = nodes[index]
         return bytes.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[Int(node.start)..<Int(node.start + node.length)])) }
+    }
+
+    /// Every string byte of the tape, valid during `body`: string node `i` is at
+    /// `nodes[i].start ..< nodes[i].start + nodes[i].length`, and strings lie in node order, back
+    /// to back.
+    public func withAllBytes<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
+        bytes.withUnsafeBytes(body)
     }
 
     /// A copy of the bytes of string node `index`.

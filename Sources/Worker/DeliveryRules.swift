@@ -104,6 +104,10 @@ public final class DeliveryRules {
     /// The queue whose batch `takeBatch` looks at first.
     private var nextBatchQueue = 0
     public private(set) var unconfirmed: [OutcomeBatch] = []
+    /// Emptied entry arrays of confirmed batches, kept with their capacity: the next batch takes
+    /// one instead of allocating (a batch array is kilobytes, and glibc consolidates its free
+    /// lists on each allocation that large: 2 % of a draining worker's time before this).
+    private var spareEntryArrays: [[EntryOutcome]] = []
     private var nextBatchSequence: UInt64 = 1
     var random: SplitMix64
     /// Device tokens backing off after 429 TooManyRequests: their other notifications wait it out
@@ -347,14 +351,14 @@ public final class DeliveryRules {
             // entry leaves `heldEntries` only when its batch is confirmed.
             guard heldEntries[queue].insert(entry.id).inserted else { continue }
             if deliveries != nil { queueCounters[queue].jobsReclaimed += 1 }
-            let fields = entry.fields
-            guard !fields.isEmpty else {
+            let packed = entry.packed
+            guard !packed.isEmpty else {
                 // Deleted while pending: nothing to deliver; acknowledge it.
                 addFinishing(EntryOutcome(entryID: entry.id), queue: queue)
                 continue
             }
             queueCounters[queue].jobsRead += 1
-            let appName = fields.first { $0.name == JobField.app }.map { String(decoding: $0.value, as: UTF8.self) }
+            let appName = packed.firstValue(JobField.app).map { String(decoding: $0, as: UTF8.self) }
             let laneIndex = laneByName[appName.flatMap { $0.isEmpty ? nil : $0 } ?? WorkerApp.defaultName]
             if let cut = entry.truncated.first {
                 // An outsized value (see RESPReader): never sent; the dead letter keeps its first
@@ -364,27 +368,27 @@ public final class DeliveryRules {
                     ?? "it has \(cut.length / 2) fields, more than the 65,536 Herald reads of one entry"
                 // Counted for the job's app only when its `app` field was read whole.
                 let appWasRead = cut.field != nil && cut.field != JobField.app && !cut.byBudget
-                deadLetterEntry(entry.id, queue: queue, lane: appWasRead ? laneIndex : nil, fields: fields, reason: "field_too_large",
+                deadLetterEntry(entry.id, queue: queue, lane: appWasRead ? laneIndex : nil, fields: entry.fields, reason: "field_too_large",
                                 message: "The job is too large to read: \(what). The dead letter keeps the value's first 4,096 bytes, its full length (truncated_length) and its SHA-256 (truncated_sha256).",
                                 now: now,
                                 extra: [("truncated_field", cut.field ?? ""), ("truncated_length", String(cut.length)), ("truncated_sha256", cut.sha256 ?? "")])
                 continue
             }
             if let deliveries, let count = deliveries[entry.id], count > policy.maxDeliveries {
-                deadLetterEntry(entry.id, queue: queue, lane: laneIndex, fields: fields, reason: "max_deliveries",
+                deadLetterEntry(entry.id, queue: queue, lane: laneIndex, fields: entry.fields, reason: "max_deliveries",
                                 message: "The entry was delivered to workers \(count) times without an outcome (more than --max-deliveries \(policy.maxDeliveries)); a worker may be crashing on it.",
                                 now: now)
                 continue
             }
             guard let laneIndex else {
-                deadLetterEntry(entry.id, queue: queue, lane: nil, fields: fields, reason: "unknown_app",
+                deadLetterEntry(entry.id, queue: queue, lane: nil, fields: entry.fields, reason: "unknown_app",
                                 message: "The job names app \(DeadLetterText.quoted(appName ?? "")), which this worker is not configured for (apps: \(lanes.map(\.name).joined(separator: ", "))).",
                                 now: now)
                 continue
             }
-            switch JobDecoder.decode(entryID: entry.id, fields: fields, defaults: defaultsByQueue[queue][laneIndex]) {
+            switch JobDecoder.decode(entryID: entry.id, fields: packed, defaults: defaultsByQueue[queue][laneIndex]) {
             case .failure(let error):
-                deadLetterEntry(entry.id, queue: queue, lane: laneIndex, fields: fields, reason: error.code, message: error.description, now: now)
+                deadLetterEntry(entry.id, queue: queue, lane: laneIndex, fields: entry.fields, reason: error.code, message: error.description, now: now)
             case .success(let job):
                 queueCounters[queue].unknownFields += job.unknownFields
                 admit(job, lane: laneIndex, queue: queue, now: now)
@@ -927,10 +931,11 @@ public final class DeliveryRules {
         for step in 0..<finishing.count {
             let queue = (nextBatchQueue + step) % finishing.count
             guard !finishing[queue].isEmpty else { continue }
-            let batch = OutcomeBatch(sequence: nextBatchSequence, entries: finishing[queue], queue: queue)
+            var entries = spareEntryArrays.popLast() ?? []
+            swap(&entries, &finishing[queue])
+            let batch = OutcomeBatch(sequence: nextBatchSequence, entries: entries, queue: queue)
             nextBatchSequence += 1
-            finishingCount -= finishing[queue].count
-            finishing[queue].removeAll(keepingCapacity: true)
+            finishingCount -= entries.count
             nextBatchQueue = (queue + 1) % finishing.count
             unconfirmed.append(batch)
             return batch
@@ -938,11 +943,21 @@ public final class DeliveryRules {
         return nil
     }
 
-    /// Redis confirmed batch `sequence` (EXEC answered): its entries are released.
-    public func confirmed(_ sequence: UInt64) {
+    /// Redis confirmed batch `sequence` (EXEC answered): its entries are released (each passed to
+    /// `each` first, when given).
+    public func confirmed(_ sequence: UInt64, each: ((StreamEntryID) -> Void)? = nil) {
         guard let position = unconfirmed.firstIndex(where: { $0.sequence == sequence }) else { return }
-        let batch = unconfirmed.remove(at: position)
-        for entry in batch.entries { heldEntries[batch.queue].remove(entry.entryID) }
+        var batch = unconfirmed.remove(at: position)
+        for entry in batch.entries {
+            heldEntries[batch.queue].remove(entry.entryID)
+            each?(entry.entryID)
+        }
+        // Unless someone else still holds the array (then emptying it allocates anew), its
+        // storage serves a later batch; two spares cover a batch in flight and one being built.
+        guard spareEntryArrays.count < 2, batch.entries.capacity <= 65_536 else { return }
+        var entries = batch.takeEntries()
+        entries.removeAll(keepingCapacity: true)
+        spareEntryArrays.append(entries)
     }
 
     /// `queue`'s Redis connection is back after it was lost: the batches of that queue it never

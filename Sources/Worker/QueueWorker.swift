@@ -999,6 +999,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     private func write(_ batch: OutcomeBatch) {
         let channel = channels[batch.queue]
         guard let writer = channel.writer, writer.isReady, channel.groupReady else { return }
+        // The completion keeps the sequence only, not the batch: its entry array goes back to the
+        // rules for reuse when confirmed.
+        let sequence = batch.sequence
         batch.send(on: writer, keys: channel.keys, maxLength: configuration.deadLetterMaxLength,
                    resultsMaxLength: configuration.resultsMaxLength) { [weak self, weak channel] result in
             guard let self, let channel else { return }
@@ -1008,9 +1011,10 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 fallthrough
             case .success(.integer):  // a batch without writes is a lone XACK
                 if channel.pendingReadInFlight {
-                    for entry in batch.entries { channel.confirmedDuringPendingRead.insert(entry.entryID) }
+                    self.rules.confirmed(sequence) { channel.confirmedDuringPendingRead.insert($0) }
+                } else {
+                    self.rules.confirmed(sequence)
                 }
-                self.rules.confirmed(batch.sequence)
                 self.scheduleTrim(channel)
                 if self.phase == .draining { self.checkDrained() }
             case .success(.error(let message)):

@@ -193,7 +193,7 @@ extension Notification {
 
     func error(_ bytes: [UInt8]) -> NotificationError? {
         var notification = makeNotification(pushType: .liveactivity)
-        notification.payload = bytes
+        notification.payload = bytes[...]
         return validationError(notification)
     }
 

@@ -319,7 +319,7 @@ let liveActivityStart =
 
     @Test func payloadWithInvalidUTF8IsNotJSON() {
         var notification = makeNotification()
-        notification.payload = Array(#"{"aps":{"alert":""#.utf8) + [0xFF] + Array(#""}}"#.utf8)
+        notification.payload = (Array(#"{"aps":{"alert":""#.utf8) + [0xFF] + Array(#""}}"#.utf8))[...]
         #expect(validationError(notification) == .payloadNotJSON(.init(.invalidUTF8, at: 17)))
     }
 }

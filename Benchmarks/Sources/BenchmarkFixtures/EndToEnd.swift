@@ -23,6 +23,12 @@ public final class EndToEnd: APNsConnectionDelegate {
     let keys = QueueKeys()
     /// One round's entries, read once.
     public let entries: [StreamRecord]
+    /// With `fromReply`: the round's entries as the RESP bytes of an `XREADGROUP` reply, read
+    /// again each round by a `RESPReader` onto a tape and taken off it by
+    /// `RedisReplyReader.readEntries(tape:)`, as the worker reads them (nil: `entries` as is).
+    let reply: [UInt8]?
+    let reader: RESPReader
+    let tape = RedisReplyTape()
     /// Notifications one round sends (the tokens of its entries).
     public let notificationsPerRound: Int
     public private(set) var accepted = 0
@@ -34,7 +40,8 @@ public final class EndToEnd: APNsConnectionDelegate {
 
     /// `tokensPerJob` 1: the usual job (`token`); more: a fan-out job (`tokens`, comma-separated).
     /// `collapseID`: every job carries `collapse_id` (the rules then track collapse keys).
-    public init(jobs: Int = 1000, tokensPerJob: Int = 1, collapseID: Bool = false, streams: Int = 1000) throws {
+    /// `fromReply`: each round starts from the bytes of an `XREADGROUP` reply (see `reply`).
+    public init(jobs: Int = 1000, tokensPerJob: Int = 1, collapseID: Bool = false, streams: Int = 1000, fromReply: Bool = false) throws {
         var records: [StreamRecord] = []
         for job in 0..<jobs {
             var fields: [(name: String, value: [UInt8])] = []
@@ -51,6 +58,8 @@ public final class EndToEnd: APNsConnectionDelegate {
             records.append(StreamRecord(id: StreamEntryID(milliseconds: 1_717_171_717_171, sequence: UInt64(job)), fields: fields))
         }
         entries = records
+        reader = RESPReader(tape: tape)
+        reply = fromReply ? EndToEnd.xreadgroupReply(key: keys.jobs, records) : nil
         notificationsPerRound = jobs * tokensPerJob
         rules = DeliveryRules(policy: DeliveryPolicy(), apps: [(name: WorkerApp.defaultName, defaults: Fixtures.jobDefaults)],
                               queues: ["herald"], seed: 7)
@@ -90,7 +99,7 @@ public final class EndToEnd: APNsConnectionDelegate {
     /// One round: every entry taken in, sent, answered, finished, written and confirmed.
     public func round() {
         let answeredBefore = accepted + other
-        rules.entriesArrived(entries, queue: 0, deliveries: nil, now: now)
+        rules.entriesArrived(reply.map(readReply) ?? entries, queue: 0, deliveries: nil, now: now)
         while true {
             fillSlots()
             let moved = exchange()
@@ -99,6 +108,31 @@ public final class EndToEnd: APNsConnectionDelegate {
             if moved == 0 { fatalError("end-to-end pipeline stalled: \(accepted + other - answeredBefore) answered, \(rules.heldCount) held") }
         }
         precondition(accepted + other - answeredBefore == notificationsPerRound, "a round lost notifications")
+    }
+
+    /// `[[key, [[id, [field, value, …]], …]]]` in RESP, as Redis answers `XREADGROUP`.
+    static func xreadgroupReply(key: String, _ records: [StreamRecord]) -> [UInt8] {
+        var bytes: [UInt8] = []
+        func bulk(_ value: [UInt8]) { bytes += Array("$\(value.count)\r\n".utf8) + value + [0x0D, 0x0A] }
+        bytes += Array("*1\r\n*2\r\n".utf8)
+        bulk(Array(key.utf8))
+        bytes += Array("*\(records.count)\r\n".utf8)
+        for record in records {
+            bytes += Array("*2\r\n".utf8)
+            bulk(Array(record.id.description.utf8))
+            bytes += Array("*\(2 * record.fields.count)\r\n".utf8)
+            for field in record.fields { bulk(FieldName.bytes(field.name)); bulk(field.value) }
+        }
+        return bytes
+    }
+
+    /// The worker's read of one reply: RESP onto the tape, the entries off it.
+    private func readReply(_ bytes: [UInt8]) -> [StreamRecord] {
+        tape.reset()
+        var offset = 0
+        let complete = bytes.withUnsafeBytes { (try? reader.read($0, from: &offset)) ?? false }
+        guard complete, case .success(let records) = RedisReplyReader.readEntries(tape: tape) else { fatalError("the canned XREADGROUP reply did not read back") }
+        return records
     }
 
     /// `QueueWorker.pump`: the free slots get the lane's next notifications.

@@ -10,6 +10,7 @@ import Queue
 //   herald-profile <piece> <count>      pieces: decode validate headers classify200 classify410
 //                                                stableid roundtrip200 roundtrip410
 //                                                endtoend endtoend-fanout endtoend-collapse
+//                                                endtoend-reply (endtoend from XREADGROUP's RESP bytes)
 // The measured region is the function `measured(_:_:)`: pass
 // `--toggle-collect='*herald_profile8measured*'` to callgrind and divide by count.
 
@@ -25,7 +26,7 @@ func keep<T>(_ value: T) { withExtendedLifetime(value) {} }
 func run() throws {
     let arguments = CommandLine.arguments
     guard arguments.count == 3, let count = Int(arguments[2]) else {
-        print("usage: herald-profile <decode|validate|headers|classify200|classify410|stableid|roundtrip200|roundtrip410|endtoend|endtoend-fanout|endtoend-collapse> <count>")
+        print("usage: herald-profile <decode|validate|headers|classify200|classify410|stableid|roundtrip200|roundtrip410|endtoend|endtoend-fanout|endtoend-collapse|endtoend-reply> <count>")
         exit(2)
     }
     switch arguments[1] {
@@ -57,10 +58,11 @@ func run() throws {
         pair.send(2_000, request)
         measured(1) { pair.send(count, request) }
         print("completed \(pair.completed), accepted \(pair.accepted), other \(pair.other)")
-    case "endtoend", "endtoend-fanout", "endtoend-collapse":
+    case "endtoend", "endtoend-fanout", "endtoend-collapse", "endtoend-reply":
         let pipeline = arguments[1] == "endtoend-fanout"
             ? try EndToEnd(jobs: 100, tokensPerJob: 10)
-            : try EndToEnd(jobs: 1000, tokensPerJob: 1, collapseID: arguments[1] == "endtoend-collapse")
+            : try EndToEnd(jobs: 1000, tokensPerJob: 1, collapseID: arguments[1] == "endtoend-collapse",
+                           fromReply: arguments[1] == "endtoend-reply")
         pipeline.run(3 * pipeline.notificationsPerRound)
         var done = 0
         measured(1) { done = pipeline.run(count) }
