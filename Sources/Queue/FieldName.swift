@@ -28,15 +28,20 @@ public enum FieldName {
     /// The bytes to write for `name`.
     public static func bytes(_ name: String) -> [UInt8] {
         var name = name
-        guard name.utf8.contains(0xEF), name.unicodeScalars.contains(where: isEscape) else {
-            return name.withUTF8 { Array($0) }
-        }
+        guard isEscaped(name) else { return name.withUTF8 { Array($0) } }
         return name.unicodeScalars.map { UInt8(truncatingIfNeeded: $0.value - escapeBase) }
     }
 
     /// The Redis argument for `name`: its text, unless it was escaped.
     public static func argument(_ name: String) -> RedisArgument {
-        name.utf8.contains(0xEF) && name.unicodeScalars.contains(where: isEscape) ? .bytes(bytes(name)) : .text(name)
+        isEscaped(name) ? .bytes(bytes(name)) : .text(name)
+    }
+
+    /// Whether `name` is an escaped name as `decode` makes them: every scalar an escape. A name
+    /// from anywhere else that holds an escape scalar among others (a producer's or a tool's
+    /// text) is written as its UTF-8, not taken apart as escapes.
+    static func isEscaped(_ name: String) -> Bool {
+        !name.isEmpty && name.utf8.contains(0xEF) && name.unicodeScalars.allSatisfy(isEscape)
     }
 
     static func isEscape(_ scalar: Unicode.Scalar) -> Bool {

@@ -22,6 +22,18 @@ struct FieldNameTests {
         }
     }
 
+    /// A name that did not come from `decode` may hold escape scalars among other text (a
+    /// producer's or a tool's name): it is written as its UTF-8, never taken apart (that trapped
+    /// on an arithmetic overflow before; found by FuzzJobDecoder).
+    @Test(arguments: ["a\u{F741}", "\u{F741}a", "\u{F700}\u{F7FF}é", "x\u{F700}y\u{F7FF}"])
+    func mixedNamesAreWrittenAsTheirText(_ name: String) {
+        #expect(FieldName.bytes(name) == Array(name.utf8))
+        guard case .text(let text) = FieldName.argument(name) else { Issue.record("\(name) was not written as text"); return }
+        #expect(text == name)
+        // Packed and unpacked, the entry keeps the same bytes.
+        #expect(StreamFields([(name, [1])]).pairs.map { FieldName.bytes($0.name) } == [Array(name.utf8)])
+    }
+
     @Test
     func validNamesStayPlainText() {
         #expect(FieldName.decode(Array("payload".utf8)) == "payload")

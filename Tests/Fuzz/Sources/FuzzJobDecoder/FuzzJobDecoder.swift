@@ -24,6 +24,12 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
             continue
         }
         guard !job.tokens.isEmpty || !job.invalidTokens.isEmpty else { fatalError("a job with no tokens at all") }
+        // The job keeps the entry's fields (packed) for its dead letter or retry: byte for byte.
+        let kept = job.fields
+        guard kept.count == fields.count,
+              zip(kept, fields).allSatisfy({ FieldName.bytes($0.name) == FieldName.bytes($1.name) && $0.value == $1.value }) else {
+            fatalError("a decoded job does not keep its entry's fields as written")
+        }
         for token in job.tokens {
             let notification = job.notification(forToken: token)
             if job.template.isBroadcast {
