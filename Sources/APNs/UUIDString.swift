@@ -42,18 +42,24 @@ public enum UUIDString {
     public static func write(_ bits: UUIDBits, into target: UnsafeMutablePointer<UInt8>) {
         let first = (bits.high << 4) & 0xFFFF_FFFF_FFFF_0000 | 0x8000 | bits.high & 0x0FFF
         let second = bits.low & 0x3FFF_FFFF_FFFF_FFFF | 0x8000_0000_0000_0000
-        let digits: StaticString = "0123456789abcdef"
-        var nibble = 0
-        for position in 0..<36 {
-            if position == 8 || position == 13 || position == 18 || position == 23 {
-                target[position] = UInt8(ascii: "-")
-                continue
-            }
-            let word = nibble < 16 ? first : second
-            let shift = UInt64(60 - 4 * (nibble % 16))
-            target[position] = digits.utf8Start[Int(truncatingIfNeeded: word >> shift & 0xF)]
-            nibble += 1
-        }
+        // Nibble k of a word (k = 0 the most significant) sits at shift 60 - 4k. Groups of
+        // 8-4-4-4-12 digits: nibbles 0-7, 8-11 and 12-15 of `first`, then 0-3 and 4-15 of `second`.
+        for index in 0..<8 { target[index] = hexDigit(first >> (60 - 4 * index)) }
+        target[8] = UInt8(ascii: "-")
+        for index in 0..<4 { target[9 + index] = hexDigit(first >> (28 - 4 * index)) }
+        target[13] = UInt8(ascii: "-")
+        for index in 0..<4 { target[14 + index] = hexDigit(first >> (12 - 4 * index)) }
+        target[18] = UInt8(ascii: "-")
+        for index in 0..<4 { target[19 + index] = hexDigit(second >> (60 - 4 * index)) }
+        target[23] = UInt8(ascii: "-")
+        for index in 0..<12 { target[24 + index] = hexDigit(second >> (44 - 4 * index)) }
+    }
+
+    /// The lowercase hex digit of the low four bits of `value`.
+    @inline(__always)
+    static func hexDigit(_ value: UInt64) -> UInt8 {
+        let nibble = UInt8(truncatingIfNeeded: value & 0xF)
+        return nibble < 10 ? 0x30 &+ nibble : 0x57 &+ nibble
     }
 }
 

@@ -200,11 +200,10 @@ public enum JobDecoder {
 
     static func makeJob(
         entryID: StreamEntryID, fields: StreamFields, tokens: JobTokens,
-        invalid: [(String, NotificationError)], template: Notification, id: String?, idBase: String?,
+        invalid: [(String, NotificationError)], template: consuming Notification, id: String?, idBase: String?,
         origin: String?, originID: StreamEntryID?, enqueuedAt: Int64?, attempts: Int, unknown: Int, defaults: JobDefaults,
         deliverAt: Int64? = nil
     ) -> Job {
-        var template = template
         template.deviceToken = ""
         let originID = originID ?? entryID
         let explicitID = id.flatMap { $0.isEmpty ? nil : $0 }
@@ -225,8 +224,17 @@ public enum JobDecoder {
     static func text(_ bytes: ArraySlice<UInt8>) -> String { String(decoding: bytes, as: UTF8.self) }
 
     /// The bytes as a String with ASCII A–F folded to lowercase (a copy only when needed).
-    static func lowercased(_ bytes: some Collection<UInt8>) -> String {
-        if !bytes.contains(where: { $0 >= 0x41 && $0 <= 0x5A }) { return String(decoding: bytes, as: UTF8.self) }
-        return String(decoding: bytes.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }, as: UTF8.self)
+    static func lowercased(_ bytes: ArraySlice<UInt8>) -> String {
+        // One pass: the bytes are folded as they are copied into the string (A–Z are one byte
+        // each in UTF-8, so folding them never changes how the rest decodes).
+        bytes.withUnsafeBufferPointer { source in
+            String(unsafeUninitializedCapacity: source.count) { target in
+                for index in 0..<source.count {
+                    let byte = source[index]
+                    target[index] = byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte
+                }
+                return source.count
+            }
+        }
     }
 }

@@ -1,3 +1,5 @@
+import Glibc
+
 /// A stream entry's field names and values, packed into one buffer: one allocation per entry
 /// however many fields it has, where a list of `(String, [UInt8])` pairs costs one for the list
 /// and one for each value. The worker reads every job through this; the values it keeps (the
@@ -98,20 +100,41 @@ public struct StreamFields: Sendable {
 
     /// Whether field `index` is named exactly `name` (compared as bytes).
     public func name(at index: Int, is name: String) -> Bool {
+        let range = nameRange(index)
         var name = name
-        return name.withUTF8 { wanted in withName(at: index) { $0.elementsEqual(UnsafeRawBufferPointer(wanted)) } }
+        return name.withUTF8 { wanted in
+            wanted.count == range.count && (range.isEmpty || storage.withUnsafeBytes {
+                memcmp($0.baseAddress! + range.lowerBound, wanted.baseAddress!, range.count) == 0
+            })
+        }
     }
 
     /// The value of the first field named `name`, if any.
     public func firstValue(_ name: String) -> ArraySlice<UInt8>? {
-        for index in 0..<count where self.name(at: index, is: name) { return value(at: index) }
-        return nil
+        index(named: name, from: 0, through: count - 1).map(value(at:))
     }
 
     /// The value of the last field named `name`, if any.
     public func lastValue(_ name: String) -> ArraySlice<UInt8>? {
-        for index in stride(from: count - 1, through: 0, by: -1) where self.name(at: index, is: name) { return value(at: index) }
-        return nil
+        index(named: name, from: count - 1, through: 0).map(value(at:))
+    }
+
+    /// The first index from `start` towards `end` (either way) whose name is `name`'s bytes.
+    private func index(named name: String, from start: Int, through end: Int) -> Int? {
+        guard count > 0 else { return nil }
+        var name = name
+        return name.withUTF8 { wanted -> Int? in
+            storage.withUnsafeBytes { bytes -> Int? in
+                for index in stride(from: start, through: end, by: start <= end ? 1 : -1) {
+                    let range = nameRange(index)
+                    if range.count == wanted.count,
+                       range.isEmpty || memcmp(bytes.baseAddress! + range.lowerBound, wanted.baseAddress!, range.count) == 0 {
+                        return index
+                    }
+                }
+                return nil
+            }
+        }
     }
 
     /// Every field as a (name, value) pair, in order: for the rare paths (dead letters, retries,

@@ -75,6 +75,8 @@ public final class DeliveryRules {
 
     var lanes: [Lane]
     private let laneByName: [String: Int]
+    /// `laneByName[WorkerApp.defaultName]`, looked up once: most jobs name no app.
+    private let defaultLaneIndex: Int?
     /// An app with both APNs environments: its production lane's index → its sandbox lane's
     /// (a lane no job names; it only takes what production called a bad device token).
     let sandboxLanes: [Int: Int]
@@ -310,6 +312,7 @@ public final class DeliveryRules {
         let twins = Set(sandboxTwins.values).union(broadcastTwins.values)
         for (index, app) in apps.enumerated() where names[app.name] == nil && !twins.contains(index) { names[app.name] = index }
         laneByName = names
+        defaultLaneIndex = names[WorkerApp.defaultName]
         random = SplitMix64(seed: seed)
         tokenBackoff = TokenBackoffTable(capacity: policy.tokenBackoffCapacity)
     }
@@ -359,7 +362,8 @@ public final class DeliveryRules {
             }
             queueCounters[queue].jobsRead += 1
             let appName = packed.firstValue(JobField.app).map { String(decoding: $0, as: UTF8.self) }
-            let laneIndex = laneByName[appName.flatMap { $0.isEmpty ? nil : $0 } ?? WorkerApp.defaultName]
+            let laneIndex: Int?
+            if let appName, !appName.isEmpty { laneIndex = laneByName[appName] } else { laneIndex = defaultLaneIndex }
             if let cut = entry.truncated.first {
                 // An outsized value (see RESPReader): never sent; the dead letter keeps its first
                 // bytes, its full length and its SHA-256.
