@@ -123,16 +123,22 @@ public struct StreamFields: Sendable {
     private func index(named name: String, from start: Int, through end: Int) -> Int? {
         guard count > 0 else { return nil }
         var name = name
+        let header = self.header
         return name.withUTF8 { wanted -> Int? in
             storage.withUnsafeBytes { bytes -> Int? in
-                for index in stride(from: start, through: end, by: start <= end ? 1 : -1) {
-                    let range = nameRange(index)
-                    if range.count == wanted.count,
-                       range.isEmpty || memcmp(bytes.baseAddress! + range.lowerBound, wanted.baseAddress!, range.count) == 0 {
+                let step = start <= end ? 1 : -1
+                var index = start
+                while true {
+                    // Name `index` spans boundaries 2 × index and 2 × index + 1.
+                    let from = Int(bytes.loadUnaligned(fromByteOffset: 8 * index, as: UInt32.self))
+                    let to = Int(bytes.loadUnaligned(fromByteOffset: 8 * index + 4, as: UInt32.self))
+                    if to - from == wanted.count,
+                       wanted.isEmpty || memcmp(bytes.baseAddress! + header + from, wanted.baseAddress!, wanted.count) == 0 {
                         return index
                     }
+                    if index == end { return nil }
+                    index += step
                 }
-                return nil
             }
         }
     }

@@ -28,7 +28,12 @@ public final class RedisReplyTape {
     }
 
     public private(set) var nodes: [Node] = []
-    private var bytes: [UInt8] = []
+    /// The strings' bytes: a buffer of its own rather than a `[UInt8]`, whose generic
+    /// `append(contentsOf:)` cost ~120 instructions a string (8 or more strings per entry).
+    private var bytes: UnsafeMutableRawPointer
+    private var used = 0
+    private var capacity: Int
+    static let initialByteCapacity = 64 * 1024
     public private(set) var truncations: [Truncation] = []
     /// Capacities kept between replies; an outsized reply's buffers are given back after it.
     static let keptByteCapacity = 1 << 20
@@ -36,16 +41,19 @@ public final class RedisReplyTape {
 
     public init() {
         nodes.reserveCapacity(1024)
-        bytes.reserveCapacity(64 * 1024)
+        capacity = RedisReplyTape.initialByteCapacity
+        bytes = .allocate(byteCount: capacity, alignment: 16)
     }
 
+    deinit { bytes.deallocate() }
+
     public func reset() {
-        if bytes.capacity > RedisReplyTape.keptByteCapacity {
-            bytes = []
-            bytes.reserveCapacity(64 * 1024)
-        } else {
-            bytes.removeAll(keepingCapacity: true)
+        if capacity > RedisReplyTape.keptByteCapacity {
+            bytes.deallocate()
+            capacity = RedisReplyTape.initialByteCapacity
+            bytes = .allocate(byteCount: capacity, alignment: 16)
         }
+        used = 0
         if nodes.capacity > RedisReplyTape.keptNodeCapacity {
             nodes = []
             nodes.reserveCapacity(1024)
@@ -56,31 +64,45 @@ public final class RedisReplyTape {
     }
 
     /// Bytes of strings on the tape.
-    public var byteCount: Int { bytes.count }
+    public var byteCount: Int { used }
     /// Bytes the tape holds on to (for tests of its memory).
-    public var byteCapacity: Int { bytes.capacity }
+    public var byteCapacity: Int { capacity }
 
     // Building, for `RESPReader`.
 
     func beginString(_ kind: Node.Kind) -> Int {
-        nodes.append(Node(kind: kind, value: 0, start: Int32(truncatingIfNeeded: bytes.count), length: 0))
+        nodes.append(Node(kind: kind, value: 0, start: Int32(truncatingIfNeeded: used), length: 0))
         return nodes.count - 1
     }
 
     /// A whole string node at once: its bytes and its final length.
     @inline(__always)
     func appendString(_ kind: Node.Kind, _ chunk: UnsafeRawBufferPointer) {
-        nodes.append(Node(kind: kind, value: 0, start: Int32(truncatingIfNeeded: bytes.count), length: Int32(truncatingIfNeeded: chunk.count)))
-        if !chunk.isEmpty { bytes.append(contentsOf: chunk) }
+        nodes.append(Node(kind: kind, value: 0, start: Int32(truncatingIfNeeded: used), length: Int32(truncatingIfNeeded: chunk.count)))
+        appendBytes(chunk)
     }
 
+    @inline(__always)
     func appendBytes(_ chunk: UnsafeRawBufferPointer) {
-        if !chunk.isEmpty { bytes.append(contentsOf: chunk) }
+        guard let source = chunk.baseAddress, !chunk.isEmpty else { return }
+        if chunk.count > capacity - used { grow(toHold: used + chunk.count) }
+        (bytes + used).copyMemory(from: source, byteCount: chunk.count)
+        used += chunk.count
+    }
+
+    /// At least doubles the byte buffer (geometric growth, as an array's), keeping what it holds.
+    private func grow(toHold needed: Int) {
+        let larger = max(needed, 2 * capacity)
+        let moved = UnsafeMutableRawPointer.allocate(byteCount: larger, alignment: 16)
+        moved.copyMemory(from: bytes, byteCount: used)
+        bytes.deallocate()
+        bytes = moved
+        capacity = larger
     }
 
     func endString(_ index: Int) {
         let node = nodes[index]
-        nodes[index] = Node(kind: node.kind, value: 0, start: node.start, length: Int32(truncatingIfNeeded: bytes.count - Int(node.start)))
+        nodes[index] = Node(kind: node.kind, value: 0, start: node.start, length: Int32(truncatingIfNeeded: used - Int(node.start)))
     }
 
     @discardableResult
@@ -96,20 +118,20 @@ public final class RedisReplyTape {
     /// The bytes of string node `index`, valid while the tape is not reset.
     public func withBytes<R>(of index: Int, _ body: (UnsafeRawBufferPointer) -> R) -> R {
         let node = nodes[index]
-        return bytes.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[Int(node.start)..<Int(node.start + node.length)])) }
+        return body(UnsafeRawBufferPointer(start: bytes + Int(node.start), count: Int(node.length)))
     }
 
     /// Every string byte of the tape, valid during `body`: string node `i` is at
     /// `nodes[i].start ..< nodes[i].start + nodes[i].length`, and strings lie in node order, back
     /// to back.
     public func withAllBytes<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
-        bytes.withUnsafeBytes(body)
+        body(UnsafeRawBufferPointer(start: bytes, count: used))
     }
 
     /// A copy of the bytes of string node `index`.
     public func byteArray(of index: Int) -> [UInt8] {
         let node = nodes[index]
-        return Array(bytes[Int(node.start)..<Int(node.start + node.length)])
+        return Array(UnsafeRawBufferPointer(start: bytes + Int(node.start), count: Int(node.length)))
     }
 
     /// The index just past node `index` and everything below it.
