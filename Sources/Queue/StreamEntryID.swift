@@ -38,6 +38,37 @@ public struct StreamEntryID: Hashable, Comparable, Sendable, CustomStringConvert
         self.init(milliseconds: milliseconds, sequence: sequence)
     }
 
+    /// The same parse over raw bytes (a reply tape's), without the generic sequence's iterator:
+    /// every entry read pays it.
+    public init?(bytes: UnsafeRawBufferPointer) {
+        let count = bytes.count
+        var index = 0
+        guard let milliseconds = StreamEntryID.number(bytes, &index, until: 0x2D), index < count else { return nil }
+        index += 1
+        guard let sequence = StreamEntryID.number(bytes, &index, until: nil), index == count else { return nil }
+        self.init(milliseconds: milliseconds, sequence: sequence)
+    }
+
+    /// The decimal number at `index` (at least one digit, no overflow), read up to `end` (the
+    /// index is left on it) or to the end of `bytes`.
+    @inline(__always)
+    private static func number(_ bytes: UnsafeRawBufferPointer, _ index: inout Int, until end: UInt8?) -> UInt64? {
+        var value: UInt64 = 0
+        let start = index
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == end { break }
+            let digit = byte &- 0x30
+            guard digit < 10 else { return nil }
+            let (shifted, overflow) = value.multipliedReportingOverflow(by: 10)
+            let (next, carry) = shifted.addingReportingOverflow(UInt64(digit))
+            if overflow || carry { return nil }
+            value = next
+            index += 1
+        }
+        return index > start ? value : nil
+    }
+
     public static func < (a: StreamEntryID, b: StreamEntryID) -> Bool {
         (a.milliseconds, a.sequence) < (b.milliseconds, b.sequence)
     }

@@ -333,16 +333,34 @@ public final class RedisConnection: IOHandler, TickObserver {
         output.append(0x0D); output.append(0x0A)
     }
 
-    /// `<milliseconds>-<sequence>` as one argument (a stream entry id), written without a String.
+    /// `<milliseconds>-<sequence>` as one argument (a stream entry id), written without a String:
+    /// `$<length>\r\n<ms>-<seq>\r\n` is laid out backwards in a stack buffer (48 bytes at most)
+    /// and appended in one piece, once per id of every XACK and XDEL.
     func appendArgument(entryMilliseconds milliseconds: UInt64, sequence: UInt64) {
-        let length = 1 + RedisConnection.decimalLength(milliseconds) + RedisConnection.decimalLength(sequence)
-        output.append(0x24)
-        appendDecimal(length)
-        output.append(0x0D); output.append(0x0A)
-        appendDecimal(milliseconds)
-        output.append(0x2D)
-        appendDecimal(sequence)
-        output.append(0x0D); output.append(0x0A)
+        var buffer: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0, 0)
+        withUnsafeMutableBytes(of: &buffer) { raw in
+            var start = raw.count
+            func put(_ byte: UInt8) {
+                start -= 1
+                raw[start] = byte
+            }
+            func putDecimal(_ value: UInt64) {
+                var rest = value
+                repeat {
+                    put(UInt8(truncatingIfNeeded: rest % 10) + 0x30)
+                    rest /= 10
+                } while rest > 0
+            }
+            put(0x0A); put(0x0D)
+            putDecimal(sequence)
+            put(0x2D)  // -
+            putDecimal(milliseconds)
+            let length = raw.count - 2 - start
+            put(0x0A); put(0x0D)
+            putDecimal(UInt64(length))
+            put(0x24)  // $
+            output.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[start...]))
+        }
     }
 
     static func decimalLength(_ value: UInt64) -> Int {

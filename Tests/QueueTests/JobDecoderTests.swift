@@ -140,6 +140,34 @@ import Testing
     func rejectsMalformedIDs(text: String) {
         #expect(StreamEntryID(text) == nil)
         #expect(StreamEntryID(bytes: Array(text.utf8)) == nil)
+        Array(text.utf8).withUnsafeBytes { #expect(StreamEntryID(bytes: $0) == nil) }
+    }
+
+    /// The raw-buffer parse (the one every read entry takes) agrees with the generic one on ids,
+    /// their edges and 20,000 random strings over digits, dashes and other bytes.
+    @Test func rawBufferParseAgreesWithTheSequenceParse() {
+        func raw(_ bytes: [UInt8]) -> StreamEntryID? { bytes.withUnsafeBytes { StreamEntryID(bytes: $0) } }
+        func generic(_ bytes: [UInt8]) -> StreamEntryID? { StreamEntryID(bytes: bytes.lazy.map { $0 }) }
+        let edges = ["0-0", "1700000000123-4", "18446744073709551615-18446744073709551615",
+                     "18446744073709551616-0", "0-18446744073709551616", "00-00", "1-", "-1", "1--1", "1-2-"]
+        for text in edges { #expect(raw(Array(text.utf8)) == generic(Array(text.utf8)), "\(text)") }
+        #expect(raw(Array("18446744073709551615-7".utf8)) == StreamEntryID(milliseconds: .max, sequence: 7))
+        var state: UInt64 = 0x9E37_79B9_7F4A_7C15
+        let alphabet: [UInt8] = Array("0123456789-".utf8) + [0, 0x2F, 0x3A, 0xFF]
+        var parsed = 0
+        for _ in 0..<20_000 {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            let length = Int(state >> 59)
+            var bytes: [UInt8] = []
+            for position in 0..<length {
+                let pick = Int((state >> UInt64(position % 48)) & 0xFF) % (position % 3 == 2 ? alphabet.count : 11)
+                bytes.append(alphabet[pick])
+            }
+            let expected = generic(bytes)
+            if expected != nil { parsed += 1 }
+            #expect(raw(bytes) == expected, "\(bytes)")
+        }
+        #expect(parsed > 100)
     }
 
     @Test func ordersByTimeThenSequence() {
