@@ -107,6 +107,14 @@ public final class RESPReader {
                 if bulkTerminator == 0, valueCompleted() { return true }
                 continue
             }
+            // The usual bulk string, header and bytes all in this read: taken without the
+            // general header path (nine of an entry's eleven values are bulk strings).
+            if line.isEmpty, base.load(fromByteOffset: offset, as: UInt8.self) == UInt8(ascii: "$"),
+               let next = wholeBulk(base, count: count, at: offset) {
+                offset = next
+                if valueCompleted() { return true }
+                continue
+            }
             // A header line: type byte, text, CRLF.
             guard let found = memchr(base + offset, 0x0A, count - offset) else {
                 guard line.count + count - offset <= RESPReader.maxLineBytes else { throw ProtocolError(description: "a reply header longer than 64 KiB") }
@@ -136,6 +144,33 @@ public final class RESPReader {
             if complete { return true }
         }
         return false
+    }
+
+    /// The bulk string whose header starts at `offset` (`$`, 1 to 9 digits, CRLF), when all of it
+    /// is in the input, is kept whole by the limits and is not being dropped: appended to the tape,
+    /// and the offset past its CRLF returned. Anything else (a split, a null, a long or dropped
+    /// string, a malformed header) returns nil for `header` to handle or refuse.
+    @inline(__always)
+    private func wholeBulk(_ base: UnsafeRawPointer, count: Int, at offset: Int) -> Int? {
+        if depth > 0 && stack[depth - 1].dropping { return nil }
+        var index = offset + 1
+        var length = 0
+        let digitsEnd = min(count, offset + 11)  // at most 10 looked at: 10 digits fall back
+        while index < digitsEnd {
+            let digit = base.load(fromByteOffset: index, as: UInt8.self) &- UInt8(ascii: "0")
+            if digit >= 10 { break }
+            length = length &* 10 &+ Int(digit)
+            index += 1
+        }
+        let digits = index - offset - 1
+        guard digits > 0, digits <= 9, count - index >= 2,
+              base.load(fromByteOffset: index, as: UInt8.self) == 0x0D,
+              base.load(fromByteOffset: index + 1, as: UInt8.self) == 0x0A else { return nil }
+        let start = index + 2
+        guard length <= limits.maxBulkBytes, length <= limits.maxReplyBytes - tape.byteCount,
+              count - start >= length + 2 else { return nil }
+        tape.appendString(.string, UnsafeRawBufferPointer(start: base + start, count: length))
+        return start + length + 2
     }
 
     /// Forgets a partial reply (after the connection failed).

@@ -110,6 +110,25 @@ struct RESPReaderTests {
         #expect(readWide[1].0 == .integer(5))
     }
 
+    /// Bulk headers at the edges of the whole-string fast path read as the general path reads
+    /// them: leading zeros, a bare LF, a zero length, a length at the per-string limit and one
+    /// past it, strings inside an array's dropped tail.
+    @Test
+    func bulkHeadersAtTheFastPathsEdgesReadLikeAnyOther() throws {
+        let odd = Array("*4\r\n$03\r\nabc\r\n$2\nxy\r\n$0\r\n\r\n$0000000001\r\nz\r\n".utf8)
+        for size in [1, 4, odd.count] {
+            let read = try Self.read(odd, chunks: [size])
+            #expect(read.map(\.0) == [.array([.bulk(Array("abc".utf8)), .bulk(Array("xy".utf8)), .bulk([]), .bulk(Array("z".utf8))])])
+        }
+        let limits = RESPReader.Limits(maxBulkBytes: 8, keptPrefixBytes: 3, maxArrayElements: 2)
+        let atLimit = RedisReply.array([.bulk(Array("12345678".utf8)), .bulk(Array("123456789".utf8)), .bulk(Array("dropped".utf8))])
+        let read = try Self.read(Self.encode(atLimit) + Self.encode(.bulk(Array("next".utf8))), chunks: [200], limits: limits)
+        try #require(read.count == 2)
+        #expect(read[0].0 == .array([.bulk(Array("12345678".utf8)), .bulk(Array("123".utf8))]))
+        #expect(read[0].1.map(\.fullLength).sorted() == [3, 9], "the long string cut, the array's third element dropped")
+        #expect(read[1].0 == .bulk(Array("next".utf8)))
+    }
+
     @Test(arguments: ["$-5\r\n", "?x\r\n", ":12a\r\n", ":99999999999999999999\r\n", "*-2\r\n", "\r\n", "$3000000000\r\n"])
     func malformedRepliesThrow(_ text: String) {
         #expect(throws: RESPReader.ProtocolError.self) { try Self.read(Array(text.utf8), chunks: [100]) }
