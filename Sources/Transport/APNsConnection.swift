@@ -400,11 +400,15 @@ public final class APNsConnection: HTTP2Endpoint {
 
     fileprivate func readPayload(slot index: Int, into buffer: UnsafeMutablePointer<UInt8>, length: Int, flags: UnsafeMutablePointer<UInt32>) -> Int {
         let offset = slots[index].payloadOffset
-        // Read in place: binding the slot's request would copy it (and retain its references).
-        let copied = slots[index].request?.notification.payload.withUnsafeBufferPointer { payload -> (count: Int, done: Bool) in
-            let count = min(length, payload.count - offset)
-            if count > 0 { buffer.update(from: payload.baseAddress! + offset, count: count) }
-            return (count, offset + count >= payload.count)
+        // Read in place, through the buffer's addressor: binding the slot's request, or reading it
+        // through the array's subscript, copied the whole slot (a retain and a release of each of
+        // its references, per DATA frame: 1.2 % of a draining worker's samples in swift_retain).
+        let copied = slots.withUnsafeBufferPointer { slots in
+            slots[index].request?.notification.payload.withUnsafeBufferPointer { payload -> (count: Int, done: Bool) in
+                let count = min(length, payload.count - offset)
+                if count > 0 { buffer.update(from: payload.baseAddress! + offset, count: count) }
+                return (count, offset + count >= payload.count)
+            }
         }
         guard let copied else {
             flags.pointee |= UInt32(NGHTTP2_DATA_FLAG_EOF.rawValue)
@@ -434,6 +438,8 @@ public final class APNsConnection: HTTP2Endpoint {
             return
         }
         // Completions are handed out after nghttp2 returned, so the delegate may submit at once.
+        // The weak delegate is loaded once per drain, not per completion (an atomic load each).
+        let delegate = self.delegate
         var index = 0
         while index < completed.count {
             let slotIndex = Int(completed[index])
@@ -454,7 +460,8 @@ public final class APNsConnection: HTTP2Endpoint {
                     ResponseClassifier.classify(status: Int(slots[slotIndex].status), body: $0)
                 }
             }
-            delegate?.connection(self, completed: request, outcome: outcome)
+            // Handed over, not copied (the parameter is consuming).
+            delegate?.connection(self, completed: consume request, outcome: outcome)
         }
         completed.removeAll(keepingCapacity: true)
         delegate?.connectionSlotsChanged(self)
