@@ -24,6 +24,9 @@
 #   --connections C     HTTP/2 connections, every client        (default 4)
 #   --streams M         concurrent streams per connection       (default 1000)
 #   --payload-bytes B   body size, exactly                      (default 256)
+#   --tokens T          distinct device tokens, h2load and Herald alike (default 10000, loadgen's
+#                       default): h2load cycles through T request paths (-i), Herald's loadgen
+#                       enqueues to T tokens; the peer always sends one
 #   --aioapns-version V the peer's version, pinned              (default 4.0)
 #   --quick             N=20000, runs 1, peer-n 3000, peer-max-seconds 5, latencies 0,20: ~20 s
 #   --json FILE         also write every run and the summary as JSON
@@ -44,6 +47,7 @@ SWEEP_RUNS=2
 CONNECTIONS=4
 STREAMS=1000
 PAYLOAD_BYTES=256
+TOKENS=10000
 AIOAPNS_VERSION=4.0
 JSON_OUT=""
 HERALD_PATH=""
@@ -66,6 +70,7 @@ while [ $# -gt 0 ]; do
         --connections) CONNECTIONS="$2"; shift 2 ;;
         --streams) STREAMS="$2"; shift 2 ;;
         --payload-bytes) PAYLOAD_BYTES="$2"; shift 2 ;;
+        --tokens) TOKENS="$2"; shift 2 ;;
         --aioapns-version) AIOAPNS_VERSION="$2"; shift 2 ;;
         --quick) N=20000; RUNS=1; SWEEP_RUNS=1; PEER_N=3000; PEER_MAX_SECONDS=5; LATENCIES="0,20"; shift ;;
         --json) JSON_OUT="$2"; shift 2 ;;
@@ -77,7 +82,7 @@ while [ $# -gt 0 ]; do
         *) echo "unknown argument: $1" >&2; usage >&2; exit 64 ;;
     esac
 done
-for v in N RUNS PEER_N CONNECTIONS STREAMS PAYLOAD_BYTES SWEEP_RUNS; do
+for v in N RUNS PEER_N CONNECTIONS STREAMS PAYLOAD_BYTES SWEEP_RUNS TOKENS; do
     [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { echo "${v,,} must be a positive integer, got '${!v}'" >&2; exit 64; }
 done
 [ -n "$PEER_STREAMS" ] || PEER_STREAMS="$STREAMS,50"
@@ -118,6 +123,9 @@ fi
 
 bench_make_workdir herald-compare
 "$PYTHON" "$TOOLS/make-payload.py" "$PAYLOAD_BYTES" "$WORK/payload.json"
+# h2load's request paths: as many distinct device tokens as Herald's jobs go to (one path is
+# indexed by HPACK after the first request; thousands are sent and decoded literally each time).
+H2LOAD_TOKENS="$TOKENS"
 RESULTS="$WORK/results.tsv"
 : >"$RESULTS"
 
@@ -134,7 +142,7 @@ run_herald() {  # TAG N WORKERS
     local tag="$1" n="$2" workers="$3" rc=0 out="$WORK/loadgen.$1"
     HERALD_TEAM_ID="$TEAM_ID" HERALD_KEY_ID="$KEY_ID" HERALD_KEY_FILE="$WORK/key.p8" HERALD_BUNDLE_ID="$BUNDLE_ID" \
         "$BIN" loadgen --notifications "$n" --workers "$workers" --connections "$CONNECTIONS" \
-        --max-streams "$STREAMS" --payload-bytes "$PAYLOAD_BYTES" \
+        --max-streams "$STREAMS" --payload-bytes "$PAYLOAD_BYTES" --tokens "$TOKENS" \
         --apns-host 127.0.0.1 --apns-port "$PORT" --ca-file "$WORK/ca.pem" --apns-stats "127.0.0.1:$STATS_PORT" \
         --queue "compare-$tag" --timeout $((120 + n / 1000)) --json "$out.json" \
         >"$out.txt" 2>&1 </dev/null &
@@ -299,5 +307,5 @@ export CMP_CPU_MODEL="$CPU_MODEL" CMP_NPROC="$NPROC" CMP_SWIFT="$SWIFT_VERSION" 
     CMP_COMMIT="$COMMIT$DIRTY" CMP_LABEL="$LABEL" CMP_BIN="$BIN" CMP_PEER="$PEER_VERSION" CMP_REDIS="$REDIS_VERSION" \
     CMP_LOAD_BEFORE="$LOAD_BEFORE" CMP_LOAD_AFTER="$LOAD_AFTER" CMP_ELAPSED="$ELAPSED" CMP_N="$N" CMP_RUNS="$RUNS" \
     CMP_PEER_N="$PEER_N" CMP_PEER_MAX_SECONDS="$PEER_MAX_SECONDS" CMP_CONNECTIONS="$CONNECTIONS" CMP_STREAMS="$STREAMS" \
-    CMP_PAYLOAD="$PAYLOAD_BYTES" CMP_LATENCIES="$LATENCIES" CMP_SECTIONS="$SECTIONS" CMP_SWEEP_RUNS="$SWEEP_RUNS"
+    CMP_PAYLOAD="$PAYLOAD_BYTES" CMP_TOKENS="$TOKENS" CMP_LATENCIES="$LATENCIES" CMP_SECTIONS="$SECTIONS" CMP_SWEEP_RUNS="$SWEEP_RUNS"
 "$PYTHON" "$TOOLS/compare-report.py" "$RESULTS" "$JSON_OUT"

@@ -193,13 +193,19 @@ bench_run_h2load() {
     local jwt out
     jwt="$("$PYTHON" "$TOOLS/mint-jwt.py" --key "$WORK/key.p8" --team-id "$TEAM_ID" --key-id "$KEY_ID")"
     out="$WORK/h2load.$1.out"
+    # One path, or H2LOAD_TOKENS distinct ones (-i: each client cycles through the file).
+    local target=("https://127.0.0.1:$PORT/3/device/$DEVICE_TOKEN")
+    if [ "${H2LOAD_TOKENS:-1}" -gt 1 ]; then
+        "$PYTHON" "$TOOLS/make-uris.py" "$H2LOAD_TOKENS" "https://127.0.0.1:$PORT" "$WORK/uris.txt"
+        target=(-i "$WORK/uris.txt")
+    fi
     local TIMEFORMAT='%R %U %S'
     { time "${CLIENT_PIN[@]}" h2load -n "$2" -c "$CONNECTIONS" -m "$STREAMS" -d "$WORK/payload.json" \
         -H "authorization: bearer $jwt" \
         -H "apns-topic: $BUNDLE_ID" \
         -H "apns-push-type: alert" \
         -H "apns-priority: $PRIORITY" \
-        "https://127.0.0.1:$PORT/3/device/$DEVICE_TOKEN" >"$out" 2>&1 </dev/null ; } 2>"$out.time" &
+        "${target[@]}" >"$out" 2>&1 </dev/null ; } 2>"$out.time" &
     bench_watch_client $! || true
     "$PYTHON" - "$out" "$2" <<'PY'
 import re, sys

@@ -89,7 +89,10 @@ def main():
     p(f"- machine: {env('NPROC')} cores ({env('CPU_MODEL')}), shared by the emulator, the client, redis-server and "
       f"anything else running; load average before {env('LOAD_BEFORE')}, after {env('LOAD_AFTER')}; "
       f"{int(env('ELAPSED', '0')) // 60} min {int(env('ELAPSED', '0')) % 60} s")
-    p(f"- notifications: POST /3/device/<64-hex token>, `authorization: bearer` ES256 JWT (team TEAM000001, key "
+    tokens = int(env('TOKENS', '1'))
+    p(f"- notifications: POST /3/device/<64-hex token> to {g(tokens)} distinct token(s) "
+      f"({'h2load cycling through as many paths, ' if tokens > 1 else ''}Herald's loadgen enqueueing to as many; "
+      f"the peer sends one), `authorization: bearer` ES256 JWT (team TEAM000001, key "
       f"KEY0000001, verified by the emulator), `apns-topic: com.example.app`, `apns-push-type: alert`, "
       f"{env('PAYLOAD')}-byte JSON body; {conns} connections × {streams} concurrent streams per connection")
     p(f"- N: {g(int(env('N')))} per h2load / Herald run, {env('RUNS')} round(s) at latency 0 in rotated order "
