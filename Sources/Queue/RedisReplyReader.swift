@@ -72,8 +72,7 @@ public enum RedisReplyReader {
     }
 
     /// The entries of an XREAD/XREADGROUP reply straight from a connection's tape: one
-    /// allocation for each entry's field list and one per field value, none for the reply's
-    /// structure. An entry deleted while pending comes back with no fields. An error reply
+    /// allocation per entry (its packed fields), none for the reply's structure. An entry deleted while pending comes back with no fields. An error reply
     /// comes back as `.failure` with Redis' message.
     public static func readEntries(tape: RedisReplyTape) -> Result<[StreamRecord], RedisError> {
         let nodes = tape.nodes
@@ -93,7 +92,8 @@ public enum RedisReplyReader {
             let entryCount = Int(nodes[index].value)
             index += 1
             records.reserveCapacity(records.count + entryCount)
-            for _ in 0..<entryCount { index = entry(tape, at: index, into: &records) }
+            let truncated = !tape.truncations.isEmpty
+            for _ in 0..<entryCount { index = entry(tape, nodes: nodes, truncated: truncated, at: index, into: &records) }
         }
         return .success(records)
     }
@@ -133,15 +133,18 @@ public enum RedisReplyReader {
         let cursor = tape.withBytes(of: 1) { String(decoding: $0, as: UTF8.self) }
         var records: [StreamRecord] = []
         var index = 3
-        for _ in 0..<nodes[2].value { index = entry(tape, at: index, into: &records) }
+        let truncated = !tape.truncations.isEmpty
+        for _ in 0..<nodes[2].value { index = entry(tape, nodes: nodes, truncated: truncated, at: index, into: &records) }
         return (cursor, records)
     }
 
     /// Reads the entry `[id, [field, value, …] | nil]` at `index`; returns the index after it.
     /// The usual field list (strings only, names and values paired) is copied into its packed
-    /// buffer in one piece: its bytes lie back to back on the tape.
-    private static func entry(_ tape: RedisReplyTape, at index: Int, into records: inout [StreamRecord]) -> Int {
-        let nodes = tape.nodes
+    /// buffer in one piece: its bytes lie back to back on the tape. `nodes` is `tape.nodes` and
+    /// `truncated` whether the reply has cuts, both read once per reply rather than per entry
+    /// (each read retained and released an array).
+    private static func entry(_ tape: RedisReplyTape, nodes: [RedisReplyTape.Node], truncated: Bool, at index: Int,
+                              into records: inout [StreamRecord]) -> Int {
         guard nodes[index].kind == .array, nodes[index].value == 2, nodes[index + 1].kind == .string else {
             return tape.skip(index)
         }
@@ -177,8 +180,8 @@ public enum RedisReplyReader {
         }
         if let id {
             // Only an outsized reply has truncations: the usual entry pays one isEmpty test.
-            let truncated = tape.truncations.isEmpty ? [] : truncations(tape, in: fieldList..<next, fields: fields)
-            records.append(StreamRecord(id: id, packed: fields, truncated: truncated))
+            let cuts = truncated ? truncations(tape, in: fieldList..<next, fields: fields) : []
+            records.append(StreamRecord(id: id, packed: fields, truncated: cuts))
         }
         return next
     }
