@@ -72,8 +72,9 @@ public enum RedisReplyReader {
     }
 
     /// The entries of an XREAD/XREADGROUP reply straight from a connection's tape: one
-    /// allocation per entry (its packed fields), none for the reply's structure. An entry deleted while pending comes back with no fields. An error reply
-    /// comes back as `.failure` with Redis' message.
+    /// allocation per entry (its packed fields), none for the reply's structure. An entry deleted
+    /// while pending comes back with no fields. An error reply comes back as `.failure` with
+    /// Redis' message.
     public static func readEntries(tape: RedisReplyTape) -> Result<[StreamRecord], RedisError> {
         let nodes = tape.nodes
         guard let root = nodes.first else { return .success([]) }

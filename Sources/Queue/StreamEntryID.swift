@@ -15,51 +15,33 @@ public struct StreamEntryID: Hashable, Comparable, Sendable, CustomStringConvert
         self.init(milliseconds: milliseconds, sequence: sequence)
     }
 
+    /// `<milliseconds>-<sequence>` from bytes: decimal digits only, one dash, no overflow.
     public init?(bytes: some Sequence<UInt8>) {
-        var milliseconds: UInt64 = 0
-        var sequence: UInt64 = 0
-        var seenDash = false
-        var digits = 0
-        for byte in bytes {
-            if byte == 0x2D {
-                if seenDash || digits == 0 { return nil }
-                seenDash = true
-                digits = 0
-                continue
-            }
-            guard byte >= 0x30 && byte <= 0x39 else { return nil }
-            let (shifted, overflow) = (seenDash ? sequence : milliseconds).multipliedReportingOverflow(by: 10)
-            let (next, carry) = shifted.addingReportingOverflow(UInt64(byte - 0x30))
-            if overflow || carry { return nil }
-            if seenDash { sequence = next } else { milliseconds = next }
-            digits += 1
-        }
-        guard seenDash, digits > 0 else { return nil }
-        self.init(milliseconds: milliseconds, sequence: sequence)
+        // One parse for every caller: contiguous bytes (an array, a native string's UTF-8) are
+        // read in place, anything else is gathered first.
+        guard let parsed = bytes.withContiguousStorageIfAvailable({ StreamEntryID(bytes: UnsafeRawBufferPointer($0)) })
+                ?? Array(bytes).withUnsafeBytes({ StreamEntryID(bytes: $0) }) else { return nil }
+        self = parsed
     }
 
-    /// The same parse over raw bytes (a reply tape's), without the generic sequence's iterator:
-    /// every entry read pays it.
+    /// The same parse over raw bytes (a reply tape's): every entry read pays it.
     public init?(bytes: UnsafeRawBufferPointer) {
-        let count = bytes.count
         var index = 0
-        guard let milliseconds = StreamEntryID.number(bytes, &index, until: 0x2D), index < count else { return nil }
+        guard let milliseconds = StreamEntryID.digits(bytes, &index), index < bytes.count, bytes[index] == 0x2D else { return nil }
         index += 1
-        guard let sequence = StreamEntryID.number(bytes, &index, until: nil), index == count else { return nil }
+        guard let sequence = StreamEntryID.digits(bytes, &index), index == bytes.count else { return nil }
         self.init(milliseconds: milliseconds, sequence: sequence)
     }
 
-    /// The decimal number at `index` (at least one digit, no overflow), read up to `end` (the
-    /// index is left on it) or to the end of `bytes`.
+    /// The decimal number at `index`, up to the first byte that is not a digit (`index` is left
+    /// on it): nil without a digit or when it overflows.
     @inline(__always)
-    private static func number(_ bytes: UnsafeRawBufferPointer, _ index: inout Int, until end: UInt8?) -> UInt64? {
+    private static func digits(_ bytes: UnsafeRawBufferPointer, _ index: inout Int) -> UInt64? {
         var value: UInt64 = 0
         let start = index
         while index < bytes.count {
-            let byte = bytes[index]
-            if byte == end { break }
-            let digit = byte &- 0x30
-            guard digit < 10 else { return nil }
+            let digit = bytes[index] &- 0x30
+            guard digit < 10 else { break }
             let (shifted, overflow) = value.multipliedReportingOverflow(by: 10)
             let (next, carry) = shifted.addingReportingOverflow(UInt64(digit))
             if overflow || carry { return nil }

@@ -143,15 +143,29 @@ import Testing
         Array(text.utf8).withUnsafeBytes { #expect(StreamEntryID(bytes: $0) == nil) }
     }
 
-    /// The raw-buffer parse (the one every read entry takes) agrees with the generic one on ids,
-    /// their edges and 20,000 random strings over digits, dashes and other bytes.
-    @Test func rawBufferParseAgreesWithTheSequenceParse() {
-        func raw(_ bytes: [UInt8]) -> StreamEntryID? { bytes.withUnsafeBytes { StreamEntryID(bytes: $0) } }
-        func generic(_ bytes: [UInt8]) -> StreamEntryID? { StreamEntryID(bytes: bytes.lazy.map { $0 }) }
+    /// The id parse against its rule written plainly (exactly one dash, one or more decimal
+    /// digits on each side, each side fits in 64 bits), on the edges and on 20,000 random strings
+    /// over digits, dashes and other bytes; raw buffers, arrays and non-contiguous sequences alike.
+    @Test func parseFollowsTheIDRule() {
+        func rule(_ bytes: [UInt8]) -> StreamEntryID? {
+            let parts = bytes.split(separator: 0x2D, omittingEmptySubsequences: false)
+            guard parts.count == 2, parts.allSatisfy({ !$0.isEmpty && $0.allSatisfy { $0 >= 0x30 && $0 <= 0x39 } }),
+                  let milliseconds = UInt64(String(decoding: parts[0], as: UTF8.self)),
+                  let sequence = UInt64(String(decoding: parts[1], as: UTF8.self)) else { return nil }
+            return StreamEntryID(milliseconds: milliseconds, sequence: sequence)
+        }
+        func check(_ bytes: [UInt8]) -> Bool {
+            let expected = rule(bytes)
+            let raw = bytes.withUnsafeBytes { StreamEntryID(bytes: $0) }
+            #expect(raw == expected, "\(bytes)")
+            #expect(StreamEntryID(bytes: bytes) == expected, "\(bytes)")
+            #expect(StreamEntryID(bytes: bytes.lazy.map { $0 }) == expected, "\(bytes)")
+            return expected != nil
+        }
         let edges = ["0-0", "1700000000123-4", "18446744073709551615-18446744073709551615",
-                     "18446744073709551616-0", "0-18446744073709551616", "00-00", "1-", "-1", "1--1", "1-2-"]
-        for text in edges { #expect(raw(Array(text.utf8)) == generic(Array(text.utf8)), "\(text)") }
-        #expect(raw(Array("18446744073709551615-7".utf8)) == StreamEntryID(milliseconds: .max, sequence: 7))
+                     "18446744073709551616-0", "0-18446744073709551616", "00-00", "1-", "-1", "1--1", "1-2-", "+1-2", "1-+2"]
+        for text in edges { _ = check(Array(text.utf8)) }
+        #expect(rule(Array("18446744073709551615-7".utf8)) == StreamEntryID(milliseconds: .max, sequence: 7))
         var state: UInt64 = 0x9E37_79B9_7F4A_7C15
         let alphabet: [UInt8] = Array("0123456789-".utf8) + [0, 0x2F, 0x3A, 0xFF]
         var parsed = 0
@@ -163,9 +177,7 @@ import Testing
                 let pick = Int((state >> UInt64(position % 48)) & 0xFF) % (position % 3 == 2 ? alphabet.count : 11)
                 bytes.append(alphabet[pick])
             }
-            let expected = generic(bytes)
-            if expected != nil { parsed += 1 }
-            #expect(raw(bytes) == expected, "\(bytes)")
+            if check(bytes) { parsed += 1 }
         }
         #expect(parsed > 100)
     }
