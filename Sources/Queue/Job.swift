@@ -135,6 +135,14 @@ public final class Job: Sendable {
     /// The notification for `tokens[index]`, with its stable apns-id.
     public func notification(forToken token: String) -> Notification {
         var notification = template
+        address(&notification, to: token)
+        return notification
+    }
+
+    /// Turns a copy of `template` into the notification for `token` in place: the token and its
+    /// stable apns-id. The worker builds each request this way inside the request itself, so the
+    /// notification is copied once per send (a returned value was copied again on the way out).
+    public func address(_ notification: inout Notification, to token: String) {
         notification.deviceToken = token
         if let explicitAPNsID {
             notification.apnsID = explicitAPNsID
@@ -144,7 +152,6 @@ public final class Job: Sendable {
             // The same id as hashing `entryID.description`, without building that string.
             notification.apnsIDBits = StableID.bits(namespace: apnsIDNamespace, origin: entryID, token: token)
         }
-        return notification
     }
 
     /// Whether the job asks for receipts (`receipt` is `1` or `true`).

@@ -159,19 +159,22 @@ public enum JobDecoder {
         guard let resolvedTopic = (topic.flatMap { $0.isEmpty ? nil : $0 }) ?? defaults.bundleID.map({ pushType.topic(bundleID: $0) }) else {
             return .failure(.noTopic)
         }
-        var template = Notification(
-            deviceToken: single ?? tokenList[0], topic: resolvedTopic, pushType: pushType, priority: priority,
-            expiration: expiration, collapseID: collapseID.flatMap { $0.isEmpty ? nil : $0 }, apnsID: nil, payload: [])
-        template.payload = payload
+        let collapse = collapseID.flatMap { $0.isEmpty ? nil : $0 }
         if single != nil || tokenList.count == 1 {
             // One token (the usual job): validate() checks it with the rest; no second list.
             let only = single ?? tokenList[0]
-            template.deviceToken = only
-            do { try template.validate(bundleID: defaults.bundleID) } catch { return .failure(.notification(error)) }
-            return .success(makeJob(entryID: entryID, fields: fields, tokens: JobTokens(only), invalid: [], template: template,
-                                    id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt, attempts: attempts,
-                                    unknown: unknown, defaults: defaults, deliverAt: deliverAt))
+            // Built as an argument and validated inside `makeJob`: handed over, never copied (a
+            // copy retains and releases each of its references).
+            return makeJob(entryID: entryID, fields: fields, tokens: JobTokens(only), invalid: [],
+                           template: Notification(deviceToken: only, topic: resolvedTopic, pushType: pushType, priority: priority,
+                                                  expiration: expiration, collapseID: collapse, apnsID: nil, payload: []),
+                           payload: payload, validate: true,
+                           id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt, attempts: attempts,
+                           unknown: unknown, defaults: defaults, deliverAt: deliverAt)
         }
+        var template = Notification(deviceToken: tokenList[0], topic: resolvedTopic, pushType: pushType, priority: priority,
+                                    expiration: expiration, collapseID: collapse, apnsID: nil, payload: [])
+        template.payload = payload
         var valid: [String] = []
         valid.reserveCapacity(tokenList.count)
         var invalid: [(String, NotificationError)] = []
@@ -193,31 +196,35 @@ public enum JobDecoder {
         if !checkedTemplate, tokenList.count == 1, let only = invalid.first {
             return .failure(.notification(only.1))
         }
-        return .success(makeJob(entryID: entryID, fields: fields, tokens: JobTokens(valid), invalid: invalid, template: template,
-                                id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt, attempts: attempts,
-                                unknown: unknown, defaults: defaults, deliverAt: deliverAt))
+        return makeJob(entryID: entryID, fields: fields, tokens: JobTokens(valid), invalid: invalid, template: template,
+                       id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt, attempts: attempts,
+                       unknown: unknown, defaults: defaults, deliverAt: deliverAt)
     }
 
     static func makeJob(
         entryID: StreamEntryID, fields: StreamFields, tokens: JobTokens,
-        invalid: [(String, NotificationError)], template: consuming Notification, id: String?, idBase: String?,
+        invalid: [(String, NotificationError)], template: consuming Notification, payload: ArraySlice<UInt8>? = nil,
+        validate: Bool = false, id: String?, idBase: String?,
         origin: String?, originID: StreamEntryID?, enqueuedAt: Int64?, attempts: Int, unknown: Int, defaults: JobDefaults,
         deliverAt: Int64? = nil
-    ) -> Job {
+    ) -> Result<Job, JobError> {
+        if let payload { template.payload = payload }
+        // A single token is checked here, with the rest of the notification, before it is cleared.
+        if validate, let error = template.validationError(bundleID: defaults.bundleID) { return .failure(.notification(error)) }
         template.deviceToken = ""
         let originID = originID ?? entryID
         let explicitID = id.flatMap { $0.isEmpty ? nil : $0 }
         let idBase = idBase.flatMap { $0.isEmpty ? nil : $0 }
-        return Job(
+        return .success(Job(
             entryID: entryID, fields: fields, originText: origin, originID: originID,
             // An entry id is any UInt64 a producer gave XADD; latency sums need it within Int64.
             enqueuedAt: enqueuedAt ?? Int64(min(originID.milliseconds, UInt64(JobLimits.maxTimestampMilliseconds))),
-            tokens: tokens, invalidTokens: invalid, template: template,
+            tokens: tokens, invalidTokens: invalid, template: consume template,
             // A job's own `id` is sent as is only for a single notification; fan-out derives from it.
             explicitAPNsID: tokens.count + invalid.count == 1 && idBase == nil ? explicitID : nil,
             apnsIDBaseText: idBase ?? explicitID ?? origin,
             apnsIDNamespace: defaults.apnsIDNamespace,
-            attempts: attempts, unknownFields: unknown, deliverAt: deliverAt)
+            attempts: attempts, unknownFields: unknown, deliverAt: deliverAt))
     }
 
     @inline(__always)
@@ -235,6 +242,19 @@ public enum JobDecoder {
                 }
                 return source.count
             }
+        }
+    }
+}
+
+extension Notification {
+    /// `validate(bundleID:)`'s error, or nil when the notification is valid. No `catch` block
+    /// around the template in the decoder: the template must stay consumable there.
+    fileprivate func validationError(bundleID: String?) -> NotificationError? {
+        do {
+            try validate(bundleID: bundleID)
+            return nil
+        } catch {
+            return error
         }
     }
 }

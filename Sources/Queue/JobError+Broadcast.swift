@@ -75,8 +75,8 @@ extension JobDecoder {
         template.payload = payload
         template.isBroadcast = true
         do { try template.validateBroadcast() } catch { return .failure(.notification(error)) }
-        return .success(makeJob(entryID: entryID, fields: fields, tokens: JobTokens(channelID), invalid: [], template: template,
-                                id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt,
-                                attempts: attempts, unknown: unknown, defaults: defaults))
+        return makeJob(entryID: entryID, fields: fields, tokens: JobTokens(channelID), invalid: [], template: template,
+                       id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt,
+                       attempts: attempts, unknown: unknown, defaults: defaults)
     }
 }

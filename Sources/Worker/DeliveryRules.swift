@@ -1,5 +1,6 @@
 import APNs
 import Queue
+import Transport
 
 /// The limits `DeliveryRules` applies: when a notification is resent at once, retried later, or
 /// given up on. One policy for every counted attempt (the pool resends on its own only what APNs
@@ -30,14 +31,21 @@ public struct DeliveryPolicy: Sendable {
 }
 
 /// One notification to hand to an app's pool: the action `DeliveryRules.nextSend` returns.
+///
+/// It carries the request itself, built in place from the job's template: the worker hands
+/// `request` to the pool as it is (`(consume send).request`), so a send copies the notification
+/// once, not three times (each copy retains and releases every reference in it).
 public struct NotificationSend: Sendable {
-    /// `job index << 16 | token index`: handed back with APNs' answer.
-    public let context: UInt64
+    /// What the pool sends: the notification, its context and its attempts so far.
+    public var request: PendingRequest
     /// The stream entry the notification came from.
     public let entryID: StreamEntryID
-    public let notification: Notification
+
+    /// `job index << 16 | token index`: handed back with APNs' answer.
+    public var context: UInt64 { request.context }
+    public var notification: Notification { request.notification }
     /// Attempts spent before this send.
-    public let attempts: Int
+    public var attempts: Int { request.attempts }
 }
 
 /// Herald's delivery rules as one state machine with no socket, timer or Redis in it.
@@ -241,17 +249,19 @@ public final class DeliveryRules {
             self.lane = lane
             self.queue = queue
             remaining = job.tokens.count
-            superseded = []
-            tokenAttempts = []
-            feedback = []
-            deadLetters = []
-            retryTokens = []
+            // The usual job left every list empty: an assignment would still release and retain
+            // the empty array's storage, a runtime call each.
+            if !superseded.isEmpty { superseded = [] }
+            if !tokenAttempts.isEmpty { tokenAttempts = [] }
+            if !feedback.isEmpty { feedback = [] }
+            if !deadLetters.isEmpty { deadLetters = [] }
+            if !retryTokens.isEmpty { retryTokens = [] }
             retryAttempts = 0
             retryDelay = 0
             handedBack = 0
             receipts = false
-            results = []
-            onOtherEnvironment = []
+            if !results.isEmpty { results = [] }
+            if !onOtherEnvironment.isEmpty { onOtherEnvironment = [] }
         }
 
         func isSuperseded(_ tokenIndex: Int) -> Bool {
@@ -531,21 +541,28 @@ public final class DeliveryRules {
             if !sandboxTokens.isEmpty, routeToSandbox(record, context: context, lane: laneIndex) { continue }
             queueCounters[record.queue].notificationsSent += 1
             countSend(job.template.effectivePriority, queue: record.queue, lane: record.lane)
-            return NotificationSend(context: context, entryID: job.entryID, notification: job.notification(forToken: token),
-                                    attempts: record.attemptsBefore(tokenIndex))
+            var request = PendingRequest(notification: job.template, context: context, attempts: record.attemptsBefore(tokenIndex))
+            job.address(&request.notification, to: token)
+            return NotificationSend(request: request, entryID: job.entryID)
         }
         return nil
     }
 
     /// The pool had no slot for `send` after all: it goes back first in line.
     public func sendRefused(_ send: NotificationSend, lane laneIndex: Int) {
-        guard let record = jobRecord(for: send.context) else { lanes[laneIndex].pushFront(send.context); return }
-        lanes[laneIndex].pushFront(send.context, urgent: isUrgent(queue: record.queue))
+        sendRefused(context: send.context, lane: laneIndex)
+    }
+
+    /// The pool had no slot for the send with `context` after all (the send itself was handed
+    /// over to the pool and is gone): it goes back first in line.
+    public func sendRefused(context: UInt64, lane laneIndex: Int) {
+        guard let record = jobRecord(for: context) else { lanes[laneIndex].pushFront(context); return }
+        lanes[laneIndex].pushFront(context, urgent: isUrgent(queue: record.queue))
         queueCounters[record.queue].notificationsSent -= 1
         countSend(record.job.template.effectivePriority, queue: record.queue, lane: record.lane, by: -1)
         guard let collapseID = record.job.template.collapseID else { return }
-        let key = DeliveryRules.collapseKey(collapseID, record.job.tokens[Int(send.context & 0xFFFF)])
-        if queuedCollapse[record.queue][key] == nil { queuedCollapse[record.queue][key] = send.context }
+        let key = DeliveryRules.collapseKey(collapseID, record.job.tokens[Int(context & 0xFFFF)])
+        if queuedCollapse[record.queue][key] == nil { queuedCollapse[record.queue][key] = context }
     }
 
     // MARK: events: APNs answered

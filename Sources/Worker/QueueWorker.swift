@@ -928,8 +928,10 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         guard free > 0 else { return }
         let now = wallNow()
         while free > 0, let send = rules.nextSend(lane: laneIndex, now: now) {
-            guard pool.send(PendingRequest(notification: send.notification, context: send.context, attempts: send.attempts)) else {
-                rules.sendRefused(send, lane: laneIndex)
+            let context = send.context
+            // The request is handed over as built (consumed, not copied: see `NotificationSend`).
+            guard pool.send((consume send).request) else {
+                rules.sendRefused(context: context, lane: laneIndex)
                 break
             }
             free -= 1

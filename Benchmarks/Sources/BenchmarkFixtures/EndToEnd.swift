@@ -139,8 +139,9 @@ public final class EndToEnd: APNsConnectionDelegate {
     private func fillSlots() {
         var free = connection.streamSlots
         while free > 0, let send = rules.nextSend(lane: 0, now: now) {
-            guard connection.submit(PendingRequest(notification: send.notification, context: send.context, attempts: send.attempts)) else {
-                rules.sendRefused(send, lane: 0)
+            let context = send.context
+            guard connection.submit((consume send).request) else {
+                rules.sendRefused(context: context, lane: 0)
                 break
             }
             free -= 1
