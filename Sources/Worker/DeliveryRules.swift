@@ -359,22 +359,24 @@ public final class DeliveryRules {
     /// Entries read (`deliveries` nil) or claimed from another consumer (with their delivery
     /// counts): decodes them, dead-letters the malformed and the hopeless, queues the rest.
     public func entriesArrived(_ entries: [StreamRecord], queue: Int = 0, deliveries: [StreamEntryID: Int]?, now: Int64) {
-        for entry in entries {
+        // By index, each entry read where it lies: `for entry in` copied each one (a retain and
+        // a release of its buffers), and so did binding its fields to a local.
+        for position in entries.indices {
+            let entryID = entries[position].id
             // Held from here on: every path below ends in a queued token or an outcome, and the
             // entry leaves `heldEntries` only when its batch is confirmed.
-            guard heldEntries[queue].insert(entry.id).inserted else { continue }
+            guard heldEntries[queue].insert(entryID).inserted else { continue }
             if deliveries != nil { queueCounters[queue].jobsReclaimed += 1 }
-            let packed = entry.packed
-            guard !packed.isEmpty else {
+            guard !entries[position].packed.isEmpty else {
                 // Deleted while pending: nothing to deliver; acknowledge it.
-                addFinishing(EntryOutcome(entryID: entry.id), queue: queue)
+                addFinishing(EntryOutcome(entryID: entryID), queue: queue)
                 continue
             }
             queueCounters[queue].jobsRead += 1
-            let appName = packed.firstValue(JobField.app).map { String(decoding: $0, as: UTF8.self) }
+            let appName = entries[position].packed.firstValue(JobField.app).map { String(decoding: $0, as: UTF8.self) }
             let laneIndex: Int?
             if let appName, !appName.isEmpty { laneIndex = laneByName[appName] } else { laneIndex = defaultLaneIndex }
-            if let cut = entry.truncated.first {
+            if let cut = entries[position].truncated.first {
                 // An outsized value (see RESPReader): never sent; the dead letter keeps its first
                 // bytes, its full length and its SHA-256.
                 let what = cut.byBudget ? "it holds more than the 32 MiB Herald reads of one entry"
@@ -382,27 +384,27 @@ public final class DeliveryRules {
                     ?? "it has \(cut.length / 2) fields, more than the 65,536 Herald reads of one entry"
                 // Counted for the job's app only when its `app` field was read whole.
                 let appWasRead = cut.field != nil && cut.field != JobField.app && !cut.byBudget
-                deadLetterEntry(entry.id, queue: queue, lane: appWasRead ? laneIndex : nil, fields: entry.fields, reason: "field_too_large",
+                deadLetterEntry(entryID, queue: queue, lane: appWasRead ? laneIndex : nil, fields: entries[position].fields, reason: "field_too_large",
                                 message: "The job is too large to read: \(what). The dead letter keeps the value's first 4,096 bytes, its full length (truncated_length) and its SHA-256 (truncated_sha256).",
                                 now: now,
                                 extra: [("truncated_field", cut.field ?? ""), ("truncated_length", String(cut.length)), ("truncated_sha256", cut.sha256 ?? "")])
                 continue
             }
-            if let deliveries, let count = deliveries[entry.id], count > policy.maxDeliveries {
-                deadLetterEntry(entry.id, queue: queue, lane: laneIndex, fields: entry.fields, reason: "max_deliveries",
+            if let deliveries, let count = deliveries[entryID], count > policy.maxDeliveries {
+                deadLetterEntry(entryID, queue: queue, lane: laneIndex, fields: entries[position].fields, reason: "max_deliveries",
                                 message: "The entry was delivered to workers \(count) times without an outcome (more than --max-deliveries \(policy.maxDeliveries)); a worker may be crashing on it.",
                                 now: now)
                 continue
             }
             guard let laneIndex else {
-                deadLetterEntry(entry.id, queue: queue, lane: nil, fields: entry.fields, reason: "unknown_app",
+                deadLetterEntry(entryID, queue: queue, lane: nil, fields: entries[position].fields, reason: "unknown_app",
                                 message: "The job names app \(DeadLetterText.quoted(appName ?? "")), which this worker is not configured for (apps: \(lanes.map(\.name).joined(separator: ", "))).",
                                 now: now)
                 continue
             }
-            switch JobDecoder.decode(entryID: entry.id, fields: packed, defaults: defaultsByQueue[queue][laneIndex]) {
+            switch JobDecoder.decode(entryID: entryID, fields: entries[position].packed, defaults: defaultsByQueue[queue][laneIndex]) {
             case .failure(let error):
-                deadLetterEntry(entry.id, queue: queue, lane: laneIndex, fields: entry.fields, reason: error.code, message: error.description, now: now)
+                deadLetterEntry(entryID, queue: queue, lane: laneIndex, fields: entries[position].fields, reason: error.code, message: error.description, now: now)
             case .success(let job):
                 queueCounters[queue].unknownFields += job.unknownFields
                 admit(job, lane: laneIndex, queue: queue, now: now)
@@ -578,7 +580,8 @@ public final class DeliveryRules {
         let tokenIndex = Int(context & 0xFFFF)
         guard index < jobs.count, let record = jobs[index], tokenIndex < record.job.tokens.count else { return false }
         let job = record.job
-        let token = job.tokens[tokenIndex]
+        // Read where it is needed: the usual answer (accepted, no collapse id) never touches it.
+        var token: String { job.tokens[tokenIndex] }
         let before = record.attemptsBefore(tokenIndex)
         let attempts: Int
         if case .credentialsRejected = outcome {
@@ -811,8 +814,8 @@ public final class DeliveryRules {
     // MARK: finishing entries
 
     private func finish(_ index: Int, now: Int64) {
-        guard let record = jobs[index] else { return }
-        jobs[index] = nil
+        // Moved out of the table (no retain and release of the record).
+        guard let record = jobs[index].take() else { return }
         freeJobIndices.append(index)
         // Nothing holds a record once it left the table; its writes are built below before reuse.
         defer { freeRecords.append(record) }
