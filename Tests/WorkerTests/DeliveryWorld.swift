@@ -32,6 +32,8 @@ final class DeliveryWorld {
         var sends = 0
         /// Production answered BadDeviceToken (with `sandbox`): from then on it goes to sandbox.
         var redirected = false
+        /// The number of production pumps before it was read (see `sandboxPumpedAt`).
+        var readAfterPumps = 0
     }
 
     /// One entry the world put on the stream and what it expects of it.
@@ -77,6 +79,11 @@ final class DeliveryWorld {
     let laneCount: Int
     /// Tokens sandbox accepted after production's BadDeviceToken: they go straight to sandbox.
     private var sandboxTokens: Set<String> = []
+    /// Production (lane 0) pumps so far, and per token the last one made while sandbox had
+    /// accepted the token: in such a pump the rules may queue the token's notifications straight
+    /// on the sandbox lane.
+    private var productionPumps = 0
+    private var sandboxPumpedAt: [String: Int] = [:]
 
     /// How many queues the world's jobs come from (`q0`, `q1`, … when more than one).
     let queues: Int
@@ -214,7 +221,8 @@ final class DeliveryWorld {
             entryOrder.append(entry.id)
             for token in entry.tokens {
                 notes[DeliveryWorld.key(entry.id, token)] = Note(entry: entry.id, token: token, collapseID: entry.collapseID,
-                                                                 expiration: entry.expiration, spent: entry.initialAttempts)
+                                                                 expiration: entry.expiration, spent: entry.initialAttempts,
+                                                                 readAfterPumps: productionPumps)
             }
             records.append(StreamRecord(id: entry.id, fields: entry.fields))
             if let claimedDeliveries { deliveries[entry.id] = claimedDeliveries }
@@ -241,6 +249,10 @@ final class DeliveryWorld {
     // MARK: sending and answers
 
     private func pump(lane: Int, slots: Int, refuseLast: Bool) {
+        if sandbox, lane == 0 {
+            productionPumps += 1
+            for token in sandboxTokens { sandboxPumpedAt[token] = productionPumps }
+        }
         var sent = 0
         while sent < slots, let send = rules.nextSend(lane: lane, now: now) {
             if refuseLast && sent == slots - 1 {
@@ -282,7 +294,12 @@ final class DeliveryWorld {
         var expectedLane = entry.fields.contains { $0.name == "app" && $0.value == Array("second".utf8) } ? 1 : 0
         // After production's BadDeviceToken, `default`'s notification goes to its sandbox lane
         // (only then), and straight there for a token sandbox accepted before.
-        if note.redirected || (expectedLane == 0 && lane == 2 && sandboxTokens.contains(token)) { expectedLane = 2 }
+        // A notification queued straight on the sandbox lane stays there even when sandbox
+        // refuses its token for another notification before this one is sent.
+        let routable = (sandboxPumpedAt[token] ?? 0) > note.readAfterPumps
+        if note.redirected || (expectedLane == 0 && lane == 2 && (sandboxTokens.contains(token) || routable)) {
+            expectedLane = 2
+        }
         if lane != expectedLane { violation("sent \(key) on lane \(lane), expected lane \(expectedLane) (redirected \(note.redirected))") }
         if lane == 0, sandboxTokens.contains(token), !halted[2] {
             violation("sent \(key) to production after sandbox had accepted its token")

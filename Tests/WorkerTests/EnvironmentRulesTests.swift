@@ -147,6 +147,21 @@ struct EnvironmentRulesTests {
     /// notification ends once (a `wrong_environment` entry only beside an acceptance by sandbox),
     /// sandbox gets a notification only after production's BadDeviceToken, no attempt is spent
     /// for it, and the sandbox lane counts nothing of its own.
+    /// A case the random check found (shrunk): sandbox accepts a token, a later job of the same
+    /// token is queued straight on the sandbox lane, and before it is sent sandbox refuses the
+    /// token for another job. The queued one still goes to sandbox (where it was put), which the
+    /// world must allow: it is not a send to sandbox without cause.
+    @Test
+    func aNotificationQueuedForSandboxStaysThereWhenSandboxRefusesItsTokenMeanwhile() {
+        let steps: [UInt64] = [7680364041691028195, 10351770262189490740, 9954747565228533672, 2758897388497530020,
+                               11758654736392802183, 2461402513176343908, 120254456938706454, 438906457869615090,
+                               10406808442948389, 12457831894796048696]
+        let world = DeliveryWorld(maxAttempts: 5, immediateRetries: 0, maxDeliveries: 3, seed: steps[0], sandbox: true)
+        for step in steps { world.step(step) }
+        world.settle()
+        #expect(world.violations.isEmpty, "\(world.violations.prefix(3).joined(separator: "\n"))")
+    }
+
     @Test
     func theRulesHoldWithBothEnvironments() async {
         await propertyCheck(count: 200, input: Gen.int(in: 1...5), Gen.int(in: 0...3), Gen.uint64().array(of: 1...400)) { maxAttempts, immediateRetries, steps in
