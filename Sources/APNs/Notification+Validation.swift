@@ -75,9 +75,9 @@ extension Notification {
         if length > maxDeviceTokenHexDigits {
             return .deviceTokenTooLong(tokenPrefix: NotificationError.tokenPrefix(token), length: length)
         }
-        // A native String's bytes are contiguous: scan them as a buffer, not through UTF8View.
-        var token = token
-        let badOffset = token.withUTF8 { firstNonHexDigit(in: $0) }
+        // Scanned as a buffer, not through UTF8View, and borrowed through `utf8Span` (a `var`
+        // copy for `withUTF8` retained and released the token's storage).
+        let badOffset = token.utf8Span.span.withUnsafeBufferPointer { firstNonHexDigit(in: $0) }
         if let badOffset { return .badDeviceToken(tokenPrefix: NotificationError.tokenPrefix(token), offset: badOffset) }
         if length % 2 != 0 { return .deviceTokenOddLength(tokenPrefix: NotificationError.tokenPrefix(token), length: length) }
         if length < minDeviceTokenHexDigits {
@@ -128,10 +128,9 @@ extension Notification {
         }
         // Bundle ids and MDM certificate UIDs are always printable ASCII; anything else in a
         // header is a mistake at best and header injection at worst.
-        var text = topic
-        // Over the contiguous UTF-8 (no copy for a native string): iterating `utf8` cost ~40
+        // Over the contiguous UTF-8, borrowed (no copy, no retain): iterating `utf8` cost ~40
         // instructions a byte.
-        if text.withUTF8({ $0.contains { $0 <= 0x20 || $0 >= 0x7F } }) {
+        if topic.utf8Span.span.withUnsafeBufferPointer({ $0.contains { $0 <= 0x20 || $0 >= 0x7F } }) {
             throw .badTopic(NotificationError.excerpt(topic, limit: 100))
         }
     }

@@ -72,10 +72,10 @@ public enum StableID {
         mutating func finish(token: String) -> UUIDBits {
             high = (high ^ 0x3A) &* 0x100_0000_01b3
             low = (low ^ 0x3A) &* 0x100_0000_01b3
-            // Tokens are hex in either case: fold to lowercase so both spell one id. A native
-            // String's bytes are read as a buffer (iterating UTF8View costs more than the hash).
-            var token = token
-            token.withUTF8 { bytes in
+            // Tokens are hex in either case: fold to lowercase so both spell one id. The bytes
+            // are read as a buffer (iterating UTF8View costs more than the hash), borrowed through
+            // `utf8Span`: a `var` copy for `withUTF8` retained and released the token's storage.
+            token.utf8Span.span.withUnsafeBufferPointer { bytes in
                 for byte in bytes { feedToken(byte) }
             }
             return UUIDBits(high: StableID.mix(high), low: StableID.mix(low ^ high))

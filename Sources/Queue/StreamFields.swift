@@ -101,8 +101,8 @@ public struct StreamFields: Sendable {
     /// Whether field `index` is named exactly `name` (compared as bytes).
     public func name(at index: Int, is name: String) -> Bool {
         let range = nameRange(index)
-        var name = name
-        return name.withUTF8 { wanted in
+        // Borrowed through `utf8Span`: no copy of `name` (and no retain of its storage).
+        return name.utf8Span.span.withUnsafeBufferPointer { wanted in
             wanted.count == range.count && (range.isEmpty || storage.withUnsafeBytes {
                 memcmp($0.baseAddress! + range.lowerBound, wanted.baseAddress!, range.count) == 0
             })
@@ -122,9 +122,8 @@ public struct StreamFields: Sendable {
     /// The first index from `start` towards `end` (either way) whose name is `name`'s bytes.
     private func index(named name: String, from start: Int, through end: Int) -> Int? {
         guard count > 0 else { return nil }
-        var name = name
         let header = self.header
-        return name.withUTF8 { wanted -> Int? in
+        return name.utf8Span.span.withUnsafeBufferPointer { wanted -> Int? in
             storage.withUnsafeBytes { bytes -> Int? in
                 let step = start <= end ? 1 : -1
                 var index = start

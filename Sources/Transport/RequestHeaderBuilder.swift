@@ -183,8 +183,9 @@ public final class RequestHeaderBuilder {
         }
 
         mutating func append(_ string: String) -> Range<Int> {
-            var string = string
-            return string.withUTF8 { append(bytes: $0) }
+            // Borrowed through `utf8Span`: a `var` copy for `withUTF8` retained and released the
+            // string's storage (the device token's, per request).
+            string.utf8Span.span.withUnsafeBufferPointer { append(bytes: $0) }
         }
 
         mutating func append(uuid bits: UUIDBits) -> Range<Int> {
