@@ -139,18 +139,29 @@ public final class Job: Sendable {
         return notification
     }
 
+    /// `address(_:to:)` for `tokens[index]`, read straight into the notification.
+    public func address(_ notification: inout Notification, tokenAt index: Int) {
+        notification.deviceToken = tokens[index]
+        setAPNsID(&notification)
+    }
+
     /// Turns a copy of `template` into the notification for `token` in place: the token and its
     /// stable apns-id. The worker builds each request this way inside the request itself, so the
     /// notification is copied once per send (a returned value was copied again on the way out).
     public func address(_ notification: inout Notification, to token: String) {
         notification.deviceToken = token
+        setAPNsID(&notification)
+    }
+
+    /// The stable apns-id of `notification`'s device token (or the job's own `id`).
+    private func setAPNsID(_ notification: inout Notification) {
         if let explicitAPNsID {
             notification.apnsID = explicitAPNsID
         } else if let apnsIDBaseText {
-            notification.apnsIDBits = StableID.bits(namespace: apnsIDNamespace, origin: apnsIDBaseText, token: token)
+            notification.apnsIDBits = StableID.bits(namespace: apnsIDNamespace, origin: apnsIDBaseText, token: notification.deviceToken)
         } else {
             // The same id as hashing `entryID.description`, without building that string.
-            notification.apnsIDBits = StableID.bits(namespace: apnsIDNamespace, origin: entryID, token: token)
+            notification.apnsIDBits = StableID.bits(namespace: apnsIDNamespace, origin: entryID, token: notification.deviceToken)
         }
     }
 

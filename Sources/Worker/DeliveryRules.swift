@@ -442,7 +442,9 @@ public final class DeliveryRules {
         let readAttempts = max(0, job.attempts)
         let spent = readAttempts >= policy.maxAttempts
         let sendingLane = admittedLane(job, lane: laneIndex)
-        for (tokenIndex, token) in job.tokens.enumerated() {
+        for tokenIndex in 0..<job.tokens.count {
+            // Read where it is needed: the usual token (no collapse id, not expired) never is.
+            var token: String { job.tokens[tokenIndex] }
             let context = UInt64(index) << 16 | UInt64(tokenIndex)
             if expired {
                 // Already past its apns-expiration when read: never sent.
@@ -515,7 +517,8 @@ public final class DeliveryRules {
             let tokenIndex = Int(context & 0xFFFF)
             guard index < jobs.count, let record = jobs[index] else { continue }
             let job = record.job
-            let token = job.tokens[tokenIndex]
+            // Read where it is needed: the usual send (no collapse id) reads it once, into the request.
+            var token: String { job.tokens[tokenIndex] }
             if let collapseID = job.template.collapseID {
                 let key = DeliveryRules.collapseKey(collapseID, token)
                 if queuedCollapse[record.queue][key] == context { queuedCollapse[record.queue][key] = nil }
@@ -544,7 +547,7 @@ public final class DeliveryRules {
             queueCounters[record.queue].notificationsSent += 1
             countSend(job.template.effectivePriority, queue: record.queue, lane: record.lane)
             var request = PendingRequest(notification: job.template, context: context, attempts: record.attemptsBefore(tokenIndex))
-            job.address(&request.notification, to: token)
+            job.address(&request.notification, tokenAt: tokenIndex)
             return NotificationSend(request: request, entryID: job.entryID)
         }
         return nil
