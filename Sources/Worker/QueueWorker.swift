@@ -783,8 +783,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     /// queue whose bulk or urgent stream brought entries last time); within a queue's share the
     /// urgent stream asks first, for three quarters while it has work, and the bulk stream for the
     /// rest (all of it while urgent is idle). The urgent read is sent even when the budget is used
-    /// up, as long as fewer than `--read-ahead` urgent tokens wait: its blocking read must be out
-    /// whenever urgent jobs may arrive, and its tokens jump the bulk ones already read anyway.
+    /// up, as long as fewer than the read-ahead's worth of urgent tokens wait: its blocking read
+    /// must be out whenever urgent jobs may arrive, and its tokens jump the bulk ones already read.
     private func readWithLanes(budget: Int) {
         let queues = configuration.queues.count
         var sharers = 0
