@@ -455,6 +455,10 @@ public final class APNsConnection: HTTP2Endpoint {
                 outcome = .permanent(status: 0, reason: .requestHeadersTooLarge)
             } else if let failure = slots[slotIndex].failure {
                 outcome = .retryOnAnotherConnection(failure)
+            } else if slots[slotIndex].status == 200 {
+                // What `classify` answers for 200 whatever the body; the body is not touched (a
+                // retain and a release of its array per answer).
+                outcome = .accepted
             } else {
                 outcome = slots[slotIndex].body.withUnsafeBytes {
                     ResponseClassifier.classify(status: Int(slots[slotIndex].status), body: $0)
