@@ -132,24 +132,20 @@ public final class Job: Sendable {
         self.deliverAt = deliverAt
     }
 
-    /// The notification for `tokens[index]`, with its stable apns-id.
+    /// The notification for `token`, with its stable apns-id.
     public func notification(forToken token: String) -> Notification {
         var notification = template
-        address(&notification, to: token)
+        notification.deviceToken = token
+        setAPNsID(&notification)
         return notification
     }
 
-    /// `address(_:to:)` for `tokens[index]`, read straight into the notification.
+    /// Turns a copy of `template` into the notification for `tokens[index]` in place: the token
+    /// and its stable apns-id. The worker builds each request this way inside the request itself,
+    /// so the notification is copied once per send (a returned value was copied again on the way
+    /// out).
     public func address(_ notification: inout Notification, tokenAt index: Int) {
         notification.deviceToken = tokens[index]
-        setAPNsID(&notification)
-    }
-
-    /// Turns a copy of `template` into the notification for `token` in place: the token and its
-    /// stable apns-id. The worker builds each request this way inside the request itself, so the
-    /// notification is copied once per send (a returned value was copied again on the way out).
-    public func address(_ notification: inout Notification, to token: String) {
-        notification.deviceToken = token
         setAPNsID(&notification)
     }
 

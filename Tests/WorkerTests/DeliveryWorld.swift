@@ -84,6 +84,9 @@ final class DeliveryWorld {
     /// on the sandbox lane.
     private var productionPumps = 0
     private var sandboxPumpedAt: [String: Int] = [:]
+    /// Sends to sandbox allowed only because the notification was queued there before sandbox
+    /// refused its token (a test of that case checks that it happened).
+    private(set) var sandboxSendsQueuedBeforeRefusal = 0
 
     /// How many queues the world's jobs come from (`q0`, `q1`, … when more than one).
     let queues: Int
@@ -298,6 +301,7 @@ final class DeliveryWorld {
         // refuses its token for another notification before this one is sent.
         let routable = (sandboxPumpedAt[token] ?? 0) > note.readAfterPumps
         if note.redirected || (expectedLane == 0 && lane == 2 && (sandboxTokens.contains(token) || routable)) {
+            if !note.redirected && !sandboxTokens.contains(token) { sandboxSendsQueuedBeforeRefusal += 1 }
             expectedLane = 2
         }
         if lane != expectedLane { violation("sent \(key) on lane \(lane), expected lane \(expectedLane) (redirected \(note.redirected))") }
