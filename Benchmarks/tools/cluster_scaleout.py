@@ -21,43 +21,12 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def log(message):
-    print(message, file=sys.stderr, flush=True)
-
-
-def free_port(cluster=False):
-    """A free port; for a cluster node one at most 55535 whose bus port (+10000) is free too."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if not cluster:
-            return port
-        if port > 55535:
-            continue
-        try:
-            with socket.socket() as bus:
-                bus.bind(("127.0.0.1", port + 10000))
-            return port
-        except OSError:
-            continue
-
-
-def cpu_seconds(pid):
-    """utime + stime of a live process (and its threads), in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+from benchkit import cpu_seconds, free_port, log
 
 
 def wait_until(what, condition, timeout, interval=0.05):

@@ -16,42 +16,16 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def log(message):
-    print(message, file=sys.stderr, flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+from benchkit import cpu_seconds, free_port, log, resp
 
 
 def redis_cli(port, *args):
     return subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(port), *args], capture_output=True, text=True).stdout.strip()
-
-
-def resp(*args):
-    out = [f"*{len(args)}\r\n".encode()]
-    for arg in args:
-        data = arg.encode()
-        out.append(f"${len(data)}\r\n".encode() + data + b"\r\n")
-    return b"".join(out)
 
 
 class Bench:
