@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Batch enqueue throughput of `herald api` (release build): h2load POSTs batches of
 # notifications (256-byte payloads, distinct tokens) over HTTP/1.1 keep-alive connections to
-# one API process in front of a private redis-server, then checks that the stream holds every
-# job. Prints notifications/s per run and the median; the stream is emptied between runs.
+# one API process in front of a private redis-server, then checks that the queue's streams (bulk
+# and urgent) hold every job. Prints notifications/s per run and the median; the streams are
+# emptied between runs.
 #   --requests N   POSTs per run (default 300)      --batch N    notifications per POST (default 1000)
 #   --clients N    connections (default 8)          --runs N     runs (default 3)
 #   --redis-connections N   the API's Redis connections (default 4)
@@ -63,7 +64,7 @@ echo "api-throughput: $requests POSTs x $batch notifications, $clients connectio
 cpu() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
 rates=()
 for run in $(seq "$runs"); do
-	redis-cli -p "$redis_port" DEL 'herald:{default}:jobs' >/dev/null
+	redis-cli -p "$redis_port" DEL 'herald:{default}:jobs' 'herald:{default}:jobs:urgent' >/dev/null
 	api_cpu0=$(cpu "$api_pid"); redis_cpu0=$(cpu "$redis_pid")
 	out=$(h2load --h1 -n "$requests" -c "$clients" -m 1 -d "$work/body.json" \
 		-H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
@@ -72,12 +73,13 @@ for run in $(seq "$runs"); do
 	# h2load prints "finished in 1.62s" or, under a second, "finished in 952.64ms".
 	seconds=$(echo "$out" | sed -n 's/^finished in \([0-9.]*\)\(m\{0,1\}\)s,.*/\1 \2/p' | awk '{print ($2 == "m") ? $1 / 1000 : $1}')
 	api_cpu1=$(cpu "$api_pid"); redis_cpu1=$(cpu "$redis_pid")
-	length=$(redis-cli -p "$redis_port" XLEN 'herald:{default}:jobs')
+	# Alerts at the default priority go to the urgent lane (docs/api.md): both streams count.
+	length=$(( $(redis-cli -p "$redis_port" XLEN 'herald:{default}:jobs') + $(redis-cli -p "$redis_port" XLEN 'herald:{default}:jobs:urgent') ))
 	expected=$((requests * batch))
 	rate=$(python3 -c "print(round($length / $seconds))")
 	costs=$(python3 -c "print('API %.2f µs, Redis %.2f µs CPU per notification' % (($api_cpu1 - $api_cpu0) * 1e6 / $length, ($redis_cpu1 - $redis_cpu0) * 1e6 / $length))")
 	echo "run $run: $length notifications in ${seconds}s = $rate/s; $costs ($status)"
-	if [ "$length" != "$expected" ]; then echo "run $run: the stream holds $length, expected $expected"; exit 1; fi
+	if [ "$length" != "$expected" ]; then echo "run $run: the streams hold $length, expected $expected"; exit 1; fi
 	rates+=("$rate")
 done
 median=$(printf '%s\n' "${rates[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
