@@ -66,7 +66,7 @@ def reads(case, key, n, batch, sha):
             commands += [resp("MULTI"), resp("HDEL", "leases", lease), resp("EXEC")]
         elif case == "noack-then-record":
             commands.append(resp("XREADGROUP", "GROUP", "g", "c", "COUNT", batch, "NOACK", "STREAMS", key, ">"))
-            commands += [resp("MULTI"), resp("HSET", "leases", lease, f"1-{ids[-1]} 1700000000000"),
+            commands += [resp("MULTI"), resp("HSET", "leases", lease, f"{ids[-1]} 1700000000000"),
                          resp("HDEL", "leases", lease), resp("EXEC")]
     return b"".join(commands)
 

@@ -553,11 +553,6 @@ public final class DeliveryRules {
         return nil
     }
 
-    /// The pool had no slot for `send` after all: it goes back first in line.
-    public func sendRefused(_ send: NotificationSend, lane laneIndex: Int) {
-        sendRefused(context: send.context, lane: laneIndex)
-    }
-
     /// The pool had no slot for the send with `context` after all (the send itself was handed
     /// over to the pool and is gone): it goes back first in line.
     public func sendRefused(context: UInt64, lane laneIndex: Int) {

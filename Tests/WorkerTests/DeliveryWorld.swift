@@ -259,7 +259,7 @@ final class DeliveryWorld {
         var sent = 0
         while sent < slots, let send = rules.nextSend(lane: lane, now: now) {
             if refuseLast && sent == slots - 1 {
-                rules.sendRefused(send, lane: lane)
+                rules.sendRefused(context: send.context, lane: lane)
                 break
             }
             checkSend(send, lane: lane)
