@@ -53,14 +53,30 @@ public struct OutcomeBatch: Sendable {
     /// Whether any entry has a write besides its acknowledgement (then the batch needs MULTI/EXEC).
     public var hasWrites: Bool { entries.contains { !$0.writes.isEmpty } }
 
+    /// How a batch's entries are acknowledged: the entries read under a lease by setting their
+    /// positions (`StreamLease`), the others (read from the pending list, claimed) by `XACK`.
+    public struct Acknowledgement: Sendable {
+        /// Entries acknowledged with `XACK`.
+        public var pending: [StreamEntryID] = []
+        /// Per lease: its field, how many entries its read returned, and the positions finished
+        /// in this batch (a hex mask, see `StreamLease`).
+        public var leases: [(field: String, read: Int, mask: [UInt8])] = []
+
+        public init() {}
+    }
+
     /// Queues `MULTI`, the writes, `XACK`, `EXEC` on `connection` (`completion` gets EXEC's reply,
     /// an array), or only `XACK` when no entry has a write (`completion` gets its integer reply).
+    /// With `acknowledgement` (nil: `XACK` of every entry), its `XACK` and then its lease script
+    /// (`QueueScripts.leaseFinish`, whose reply is then the last of EXEC's) are the
+    /// acknowledgement; a batch with a lease always goes in a MULTI.
     /// Dead letters and feedback are trimmed to about `maxLength`, results to `resultsMaxLength`
     /// (nil: `maxLength`).
     public func send(on connection: RedisConnection, keys: QueueKeys, maxLength: Int, resultsMaxLength: Int? = nil,
-                     _ completion: @escaping RedisConnection.Completion) {
-        guard hasWrites else {
-            sendAcknowledgement(on: connection, keys: keys, completion)
+                     acknowledgement: Acknowledgement? = nil, _ completion: @escaping RedisConnection.Completion) {
+        let leases = acknowledgement?.leases ?? []
+        guard hasWrites || !leases.isEmpty else {
+            sendAcknowledgement(on: connection, keys: keys, ids: acknowledgement?.pending, completion)
             return
         }
         connection.send(["MULTI"])
@@ -74,15 +90,30 @@ public struct OutcomeBatch: Sendable {
                 }
             }
         }
-        sendAcknowledgement(on: connection, keys: keys, nil)
+        if acknowledgement.map({ !$0.pending.isEmpty }) ?? true {
+            sendAcknowledgement(on: connection, keys: keys, ids: acknowledgement?.pending, nil)
+        }
+        if !leases.isEmpty {
+            connection.send(argumentCount: 4 + 3 * leases.count, { builder in
+                builder.add("EVAL"); builder.add(QueueScripts.leaseFinish); builder.add(integer: 1); builder.add(keys.leases)
+                for lease in leases {
+                    builder.add(lease.field); builder.add(integer: Int64(lease.read)); builder.add(lease.mask)
+                }
+            })
+        }
         connection.send(["EXEC"], completion)
     }
 
-    /// `XACK <jobs> <group> <every entry id>`.
-    private func sendAcknowledgement(on connection: RedisConnection, keys: QueueKeys, _ completion: RedisConnection.Completion?) {
-        connection.send(argumentCount: 3 + entries.count, { builder in
+    /// `XACK <jobs> <group> <ids>` (nil: every entry's id).
+    private func sendAcknowledgement(on connection: RedisConnection, keys: QueueKeys, ids: [StreamEntryID]?,
+                                     _ completion: RedisConnection.Completion?) {
+        connection.send(argumentCount: 3 + (ids?.count ?? entries.count), { builder in
             builder.add("XACK"); builder.add(keys.jobs); builder.add(keys.group)
-            for entry in entries { builder.add(entryMilliseconds: entry.entryID.milliseconds, sequence: entry.entryID.sequence) }
+            if let ids {
+                for id in ids { builder.add(entryMilliseconds: id.milliseconds, sequence: id.sequence) }
+            } else {
+                for entry in entries { builder.add(entryMilliseconds: entry.entryID.milliseconds, sequence: entry.entryID.sequence) }
+            }
         }, completion)
     }
 }

@@ -66,6 +66,9 @@ public final class QueueInspector {
             ["ZCOUNT", .text(keys.scheduled), .text("(\(now)"), .integer(now.addingSaturating(60_000))],
             ["ZCOUNT", .text(keys.scheduled), .text("(\(now)"), .integer(now.addingSaturating(3_600_000))],
             ["ZRANGE", .text(keys.scheduled), "0", "0", "WITHSCORES"],
+            // The leases of both lanes (entries read and not finished, besides the pending list).
+            ["HVALS", .text(keys.leases)],
+            ["HVALS", .text(keys.urgentLane.leases)],
         ]
         let replies = try redis.pipeline(commands)
         let depth = Int(try RedisReplyReader.integer(replies[0], command: "XLEN \(keys.jobs)"))
@@ -74,14 +77,15 @@ public final class QueueInspector {
         let nextRetryAt = QueueInspector.firstScore(replies[6])
         let dead = Int(try RedisReplyReader.integer(replies[7], command: "XLEN \(keys.dead)"))
         let feedback = Int(try RedisReplyReader.integer(replies[8], command: "XLEN \(keys.feedback)"))
-        let group = try QueueInspector.group(keys: keys, depth: depth, now: now, groups: replies[1], pending: replies[2], consumers: replies[3])
+        let group = try QueueInspector.group(keys: keys, depth: depth, now: now, groups: replies[1], pending: replies[2], consumers: replies[3],
+                                               leases: replies[19])
         var stats = QueueStats(keys: keys, sampledAt: now, depth: depth, group: group, retrySize: retrySize, retryDue: retryDue,
                                nextRetryAt: nextRetryAt, deadLetters: dead, feedback: feedback)
         let urgentDepth = Int(try RedisReplyReader.integer(replies[9], command: "XLEN \(keys.urgentJobs)"))
         stats.urgent = QueueStats.UrgentLane(
             depth: urgentDepth,
             group: try QueueInspector.group(keys: keys.urgentLane, depth: urgentDepth, now: now, groups: replies[10], pending: replies[11],
-                                            consumers: replies[12]))
+                                            consumers: replies[12], leases: replies[20]))
         let results = Int(try RedisReplyReader.integer(replies[13], command: "XLEN \(keys.results)"))
         stats.results = results > 0 ? results : nil
         stats.scheduledSize = Int(try RedisReplyReader.integer(replies[14], command: "ZCARD \(keys.scheduled)"))
@@ -99,9 +103,12 @@ public final class QueueInspector {
         return Int64(exactly: value.rounded(.down)) ?? (value > 0 ? .max : .min)
     }
 
-    /// The group's numbers from XINFO GROUPS, XPENDING (summary) and XINFO CONSUMERS; nil when the
-    /// stream or the group does not exist yet.
-    static func group(keys: QueueKeys, depth: Int, now: Int64, groups: RedisReply, pending: RedisReply, consumers: RedisReply) throws -> QueueStats.Group? {
+    /// The group's numbers from XINFO GROUPS, XPENDING (summary), XINFO CONSUMERS and the values
+    /// of the stream's leases (`StreamLease`: entries read under a lease and not finished count as
+    /// pending, for the group and for the lease's consumer); nil when the stream or the group does
+    /// not exist yet.
+    static func group(keys: QueueKeys, depth: Int, now: Int64, groups: RedisReply, pending: RedisReply, consumers: RedisReply,
+                      leases: RedisReply = .array([])) throws -> QueueStats.Group? {
         if case .error(let message) = groups {
             // No jobs stream yet: nothing was ever enqueued and no worker started.
             if message.contains("no such key") { return nil }
@@ -118,6 +125,17 @@ public final class QueueInspector {
         } else if case .error(let message) = pending {
             throw QueueToolError.server(command: "XPENDING \(keys.jobs) \(keys.group)", message: message)
         }
+        var leased: [String: Int] = [:]
+        if case .array(let values) = leases {
+            for case let value? in values.map(\.string) {
+                guard let lease = StreamLease.Value(value), lease.unfinished > 0 else { continue }
+                leased[lease.consumer, default: 0] += lease.unfinished
+            }
+        } else if case .error(let message) = leases {
+            throw QueueToolError.server(command: "HVALS \(keys.leases)", message: message)
+        }
+        let leasedCount = leased.values.reduce(0, +)
+        pendingCount += leasedCount
         var oldestAge: Int64? = nil
         if let oldestID, let id = StreamEntryID(oldestID) { oldestAge = max(0, now.subtractingSaturating(Int64(clamping: id.milliseconds))) }
 
@@ -128,7 +146,7 @@ public final class QueueInspector {
                 let fields = RedisReplyReader.map(row)
                 guard let name = fields["name"]?.string else { continue }
                 consumerList.append(QueueStats.Consumer(
-                    name: name, pending: Int(fields["pending"]?.integer ?? 0), idle: fields["idle"]?.integer ?? 0,
+                    name: name, pending: Int(fields["pending"]?.integer ?? 0) + (leased[name] ?? 0), idle: fields["idle"]?.integer ?? 0,
                     inactive: fields["inactive"]?.integer.flatMap { $0 < 0 ? nil : $0 }))
             }
         } else if case .error(let message) = consumers {

@@ -76,15 +76,21 @@ public enum RedisReplyReader {
     /// while pending comes back with no fields. An error reply comes back as `.failure` with
     /// Redis' message.
     public static func readEntries(tape: RedisReplyTape) -> Result<[StreamRecord], RedisError> {
+        readEntries(tape: tape, at: 0)
+    }
+
+    /// `readEntries(tape:)` for the reply at node `rootIndex` (an element of an EXEC reply).
+    static func readEntries(tape: RedisReplyTape, at rootIndex: Int) -> Result<[StreamRecord], RedisError> {
         let nodes = tape.nodes
-        guard let root = nodes.first else { return .success([]) }
+        guard rootIndex < nodes.count else { return .success([]) }
+        let root = nodes[rootIndex]
         switch root.kind {
-        case .error: return .failure(.server(tape.withBytes(of: 0) { String(decoding: $0, as: UTF8.self) }))
+        case .error: return .failure(.server(tape.withBytes(of: rootIndex) { String(decoding: $0, as: UTF8.self) }))
         case .array: break
         default: return .success([])
         }
         var records: [StreamRecord] = []
-        var index = 1
+        var index = rootIndex + 1
         for _ in 0..<root.value {
             // [key, entries]
             guard nodes[index].kind == .array, nodes[index].value == 2 else { index = tape.skip(index); continue }
@@ -123,6 +129,48 @@ public enum RedisReplyReader {
         text.reserveCapacity(bytes.count * 2)
         for byte in bytes { text.append(digits[Int(byte >> 4)]); text.append(digits[Int(byte & 15)]) }
         return String(decoding: text, as: UTF8.self)
+    }
+
+    /// What a leased read answered (see `StreamLease`): the EXEC reply `[placeholder HSET's reply,
+    /// leaseRead's reply, XREADGROUP's reply]` straight from the tape (the last two are read).
+    public struct LeasedRead {
+        /// The group's last-delivered id before the read (where a blocking wait starts); nil when
+        /// the script failed.
+        public var after: String?
+        /// Entries the lease covers (0: no lease was written).
+        public var leased: Int
+        /// The script's error reply, if it failed (the read ran anyway: its entries have no lease).
+        public var scriptError: String?
+        public var entries: [StreamRecord]
+    }
+
+    /// Reads the EXEC reply of a leased read. `.failure` for an error reply to EXEC (EXECABORT)
+    /// or to the read itself (NOGROUP), with Redis' message.
+    public static func leasedRead(tape: RedisReplyTape) -> Result<LeasedRead, RedisError> {
+        let nodes = tape.nodes
+        guard let root = nodes.first else { return .failure(.protocolError("an empty reply to a leased read")) }
+        if root.kind == .error { return .failure(.server(tape.withBytes(of: 0) { String(decoding: $0, as: UTF8.self) })) }
+        guard root.kind == .array, root.value >= 2, nodes.count > 2 else {
+            return .failure(.protocolError("a reply of another shape to a leased read"))
+        }
+        var script = 1
+        for _ in 0..<(root.value - 2) { script = tape.skip(script) }
+        var read = LeasedRead(after: nil, leased: 0, scriptError: nil, entries: [])
+        switch nodes[script].kind {
+        case .error:
+            read.scriptError = tape.withBytes(of: script) { String(decoding: $0, as: UTF8.self) }
+        case .array where nodes[script].value == 2 && nodes.count > script + 2 && nodes[script + 1].kind == .string
+                       && nodes[script + 2].kind == .integer:
+            read.after = tape.withBytes(of: script + 1) { String(decoding: $0, as: UTF8.self) }
+            read.leased = Int(clamping: nodes[script + 2].value)
+        default:
+            read.scriptError = "an answer of another shape from the lease script"
+        }
+        switch readEntries(tape: tape, at: tape.skip(script)) {
+        case .failure(let error): return .failure(error)
+        case .success(let entries): read.entries = entries
+        }
+        return .success(read)
     }
 
     /// An XAUTOCLAIM reply `[cursor, [entry, …], …]` straight from a connection's tape, with the

@@ -13,16 +13,17 @@ import Transport
 /// consumer is still alive. The bound is computed and applied inside one script (atomic: no read
 /// or acknowledgement can come between), on one key, so it runs as is on Redis Cluster.
 public enum StreamTrim {
-    /// `EVAL <trimFinished> 1 <stream>`: trims `stream` below what every group of it finished;
-    /// the reply is the number of entries removed.
+    /// `EVAL <trimFinished> 2 <stream> <stream>:leases`: trims `stream` below what every group
+    /// of it finished and below every lease (`StreamLease`); the reply is the number of entries removed.
     public static func command(stream: String) -> [String] {
-        ["EVAL", QueueScripts.trimFinished, "1", stream]
+        ["EVAL", QueueScripts.trimFinished, "2", stream, stream + ":leases"]
     }
 }
 
 extension QueueScripts {
     /// Trims KEYS[1] (a stream) to MINID = the smallest, over its consumer groups, of the group's
-    /// oldest pending id and the id right after its last-delivered id. Returns the number of
+    /// oldest pending id and the id right after its last-delivered id, and of the `after` id of
+    /// every lease in KEYS[2] (a lease's entries lie above it). Returns the number of
     /// entries removed (0 when the stream or every group is missing). Ids are compared as the
     /// decimal strings Redis returns (length first), so no part of an id goes through a double.
     public static let trimFinished = """
@@ -52,6 +53,10 @@ extension QueueScripts {
           local pending = redis.call('XPENDING', KEYS[1], name)
           if pending[1] > 0 and below(pending[2], limit) then limit = pending[2] end
           if bound == nil or below(limit, bound) then bound = limit end
+        end
+        for _, lease in ipairs(redis.call('HVALS', KEYS[2])) do
+          local after = string.match(lease, '^(%d+%-%d+) %S+ %d+ %d+ %d+ %S+ ')
+          if after and below(after, bound) then bound = after end
         end
         return redis.call('XTRIM', KEYS[1], 'MINID', bound)
         """

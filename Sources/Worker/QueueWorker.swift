@@ -94,6 +94,10 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     private var batchScheduled = false
     /// The queue offered the next read first: turns rotate so none is always served last.
     private var nextReadQueue = 0
+    /// Names this worker's leases (`StreamLease`): random per process and loop, so a restarted
+    /// worker with the same consumer name tells its leases from its predecessor's.
+    let leaseInstance: String
+    var leaseSequence: UInt64 = 0
     private var random = SystemRandomNumberGenerator()
     /// Read once: the per-notification path tests a Bool, not the logger.
     private lazy var traceNotifications = logger.logLevel <= .trace
@@ -167,6 +171,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             return channel
         }
         var seed = SystemRandomNumberGenerator()
+        leaseInstance = String(seed.next() as UInt64, radix: 16)
         rules = DeliveryRules(policy: DeliveryPolicy(configuration),
                               apps: lanes.map { ($0.name, $0.defaults) }, queues: streams.map(\.queue), seed: seed.next(),
                               sandboxTwins: sandboxTwins, broadcastTwins: broadcastTwins)
@@ -263,14 +268,22 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         guard let writer = channels[index].writer, writer.isReady else { completion(nil); return }
         let keys = channels[index].keys
         var sample = QueueSample()
+        var reportedLag: Int64?
         writer.send(["XLEN", keys.jobs]) { result in sample.depth = Int(result.integerValue ?? 0) }
         writer.send(["XINFO", "GROUPS", keys.jobs]) { result in
             // Read as `herald stats` reads it (QueueInspector), minus what a gauge does not need.
             guard case .success(.array(let groups)) = result,
                   let info = groups.map(RedisReplyReader.map).first(where: { $0["name"]?.string == keys.group }) else { return }
             sample.pending = Int(info["pending"]?.integer ?? 0)
-            // XLEN was answered first (replies come in order): depth is already in the sample.
-            sample.lag = QueueLag.of(reported: info["lag"]?.integer, depth: sample.depth, pending: sample.pending).lag
+            reportedLag = info["lag"]?.integer
+        }
+        writer.send(["HVALS", keys.leases]) { result in
+            // Entries read under a lease and not finished are pending too (see `StreamLease`).
+            if case .success(.array(let values)) = result {
+                sample.pending += StreamLease.unfinished(values: values.compactMap(\.string))
+            }
+            // XLEN and XINFO were answered first (replies come in order): depth and pending are in.
+            sample.lag = QueueLag.of(reported: reportedLag, depth: sample.depth, pending: sample.pending).lag
         }
         writer.send(["ZCARD", keys.retry]) { result in sample.retrySetSize = Int(result.integerValue ?? 0) }
         writer.send(["XLEN", keys.dead]) { result in sample.deadLetters = Int(result.integerValue ?? 0) }
@@ -440,6 +453,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         channel.confirmedDuringPendingRead.removeAll()
         channel.claimInFlight = false
         channel.groupReady = false
+        channel.waitAfter = nil
         reader.connect()
         writer.connect()
     }
@@ -535,9 +549,15 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             }
             channel.groupReady = true
             if replayingUnconfirmed { self.replayUnconfirmed(channel) }
-            channel.recoveringPending = true
-            channel.pendingCursor = "0"
-            self.maybeRead()
+            self.resendPendingMoves(channel)
+            // Leases an earlier process of this consumer left become its pending entries first,
+            // so the pending-list read below takes them at once.
+            self.releaseLeases(channel, ownConsumerOnly: true) { [weak self, weak channel] in
+                guard let self, let channel, channel.groupReady else { return }
+                channel.recoveringPending = true
+                channel.pendingCursor = "0"
+                self.maybeRead()
+            }
         }
     }
 
@@ -591,9 +611,37 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             if self.phase == .draining { self.checkDrained() }
         }
         guard remaining > 0 else { replay(); return }
+        // Entries of this worker's leases: one script call says which are finished.
+        var leased: [(id: StreamEntryID, lease: LocalLease, position: Int)] = []
+        for batch in batches {
+            for entry in batch.entries {
+                if let (lease, position) = channel.lease(containing: entry.entryID) { leased.append((entry.entryID, lease, position)) }
+            }
+        }
+        if !leased.isEmpty {
+            remaining -= leased.count
+            var arguments = ["EVAL", QueueScripts.leaseFinished, "2", keys.jobs, keys.leases, keys.group]
+            for entry in leased { arguments += [entry.lease.field, String(entry.position), entry.id.description] }
+            remaining += 1
+            writer.send(arguments) { result in
+                switch result {
+                case .success(.array(let flags)) where flags.count == leased.count:
+                    for (index, flag) in flags.enumerated() where flag.integer == 1 {
+                        let entry = leased[index]
+                        acknowledged.insert(entry.id)
+                        channel.settle(entry.lease, count: 1)
+                    }
+                case .success: break  // an error reply: written again, as before
+                case .failure: failed = true
+                }
+                remaining -= 1
+                if remaining == 0 { replay() }
+            }
+        }
         for batch in batches {
             for entry in batch.entries {
                 let id = entry.entryID
+                if channel.lease(containing: id) != nil { continue }
                 writer.send(argumentCount: 6, { builder in
                     builder.add("XPENDING"); builder.add(keys.jobs); builder.add(keys.group)
                     builder.add(entryMilliseconds: id.milliseconds, sequence: id.sequence)
@@ -754,7 +802,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     /// still has its blocking read out, for up to a share, so it is served as soon as jobs
     /// arrive, without thinning the busy queues' reads). With one queue this is one read of the
     /// whole budget, as before queues were several.
-    private func maybeRead() {
+    func maybeRead() {
         guard phase == .running, stoppedSendingReason == nil,
               channels.contains(where: { $0.canRead && !$0.readInFlight }) else { return }
         if mostConnectionsDown {
@@ -809,16 +857,20 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         }
     }
 
-    /// One XREADGROUP of `count` entries on `channel`'s reader (its pending list first).
+    /// One read of up to `count` entries on `channel`'s reader: its pending list while it has
+    /// entries there, else a leased read of new entries (`leasedRead`), or a blocking wait for
+    /// them when the last read found none (`waitForEntries`).
     private func read(_ channel: QueueChannel, count: Int) {
+        guard channel.recoveringPending else {
+            if let after = channel.waitAfter { waitForEntries(channel, after: after) } else { leasedRead(channel, count: count) }
+            return
+        }
         guard let reader = channel.reader else { return }
         channel.readInFlight = true
-        channel.pendingReadInFlight = channel.recoveringPending
+        channel.pendingReadInFlight = true
         let keys = channel.keys
-        let id = channel.recoveringPending ? channel.pendingCursor : ">"
-        var arguments: [String] = ["XREADGROUP", "GROUP", keys.group, configuration.consumer, "COUNT", String(count)]
-        if !channel.recoveringPending { arguments += ["BLOCK", String(configuration.blockMilliseconds)] }
-        arguments += ["STREAMS", keys.jobs, id]
+        let arguments: [String] = ["XREADGROUP", "GROUP", keys.group, configuration.consumer, "COUNT", String(count),
+                                   "STREAMS", keys.jobs, channel.pendingCursor]
         // The batch is read straight from the connection's reply tape: no RedisReply tree per entry.
         reader.sendRaw(arguments) { [weak self, weak channel] result in
             guard let self, let channel else { return }
@@ -835,14 +887,10 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 return
             case .success(.failure(let error)):
                 if case .server(let message) = error {
-                    self.handleRedisError(message, channel: channel)
-                    if message.hasPrefix("NOGROUP") { break }  // recreated; read again at once
-                    if QueueWorker.meansReconnect(message) { break }  // reconnecting, with backoff
-                    if channel.reader == nil { break }  // a cluster redirect: the pair is being replaced
+                    self.readFailed(channel, message: message)
+                } else {
+                    self.pauseReads(channel)
                 }
-                // WRONGTYPE, NOPERM, an unreadable reply: this queue waits, longer each time,
-                // instead of asking again at once; the other queues read on.
-                self.pauseReads(channel)
             case .success(.success(let read)):
                 channel.readFailures = 0
                 channel.redirectsInARow = 0
@@ -868,9 +916,20 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         }
     }
 
+    /// Redis refused a read of `channel` with `message`: the group is recreated (NOGROUP), the
+    /// queue reconnects or is re-routed, or (WRONGTYPE, NOPERM, an unreadable reply) this queue
+    /// waits, longer each time, instead of asking again at once; the other queues read on.
+    func readFailed(_ channel: QueueChannel, message: String) {
+        handleRedisError(message, channel: channel)
+        if message.hasPrefix("NOGROUP") { return }  // recreated; read again at once
+        if QueueWorker.meansReconnect(message) { return }  // reconnecting, with backoff
+        if channel.reader == nil { return }  // a cluster redirect: the pair is being replaced
+        pauseReads(channel)
+    }
+
     /// A read of `channel` failed: its next read waits 1 s, doubling up to a minute while the
     /// failures go on.
-    private func pauseReads(_ channel: QueueChannel) {
+    func pauseReads(_ channel: QueueChannel) {
         guard channel.readPause == nil else { return }
         channel.readFailures += 1
         let delay = Backoff.reconnect.delayMilliseconds(afterFailures: channel.readFailures, using: &random)
@@ -906,7 +965,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     }
 
     /// Entries read or claimed go to the rules; then the pools get what they can take.
-    private func take(_ entries: [StreamRecord], queue: Int, deliveries: [StreamEntryID: Int]?) {
+    func take(_ entries: [StreamRecord], queue: Int, deliveries: [StreamEntryID: Int]?) {
         rules.entriesArrived(entries, queue: queue, deliveries: deliveries, now: wallNow())
         scheduleBatch()
         pump()
@@ -1004,12 +1063,21 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         // The completion keeps the sequence only, not the batch: its entry array goes back to the
         // rules for reuse when confirmed.
         let sequence = batch.sequence
+        // Entries read under this worker's leases are acknowledged by their positions (one script
+        // call per batch, see `StreamLease`), the others with XACK.
+        let plan = leasePlan(for: batch, channel: channel)
         batch.send(on: writer, keys: channel.keys, maxLength: configuration.deadLetterMaxLength,
-                   resultsMaxLength: configuration.resultsMaxLength) { [weak self, weak channel] result in
+                   resultsMaxLength: configuration.resultsMaxLength, acknowledgement: plan?.acknowledgement) { [weak self, weak channel] result in
             guard let self, let channel else { return }
             switch result {
             case .success(.array(let replies)):
                 for reply in replies { if case .error(let message) = reply { self.handleRedisError(message, channel: channel) } }
+                if let plan, !self.leasesAcknowledged(plan, reply: replies.last, channel: channel) {
+                    // The lease script failed (its positions are not set): reconnect, which
+                    // writes the batch again, minus what Redis finished (`replayUnconfirmed`).
+                    self.notWritableMaster(channel, "the lease script of an outcome batch failed")
+                    return
+                }
                 fallthrough
             case .success(.integer):  // a batch without writes is a lone XACK
                 if channel.pendingReadInFlight {
@@ -1108,7 +1176,16 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         claimTimer = loop.schedule(afterMilliseconds: interval) { [weak self] in
             guard let self, self.phase == .running else { return }
             let budget = self.readBudget()
-            for channel in self.channels { self.claimIdle(channel, budget: budget) }
+            for channel in self.channels {
+                self.resendPendingMoves(channel)
+                // Leases of stopped workers become pending entries first, then XAUTOCLAIM takes
+                // them with the rest (see `StreamLease`).
+                guard channel.groupReady, !channel.claimInFlight else { continue }
+                self.releaseLeases(channel, ownConsumerOnly: false) { [weak self, weak channel] in
+                    guard let self, let channel else { return }
+                    self.claimIdle(channel, budget: budget)
+                }
+            }
             self.scheduleClaim()
         }
     }
@@ -1179,6 +1256,12 @@ final class QueueChannel {
     /// their dead letters twice).
     var pendingReadInFlight = false
     var confirmedDuringPendingRead: Set<StreamEntryID> = []
+    /// This worker's leases on the stream, oldest first (`StreamLease`, `LocalLease`).
+    var leases: [LocalLease] = []
+    /// Moves to the pending list Redis has not confirmed yet (`QueueWorker.moveToPending`).
+    var pendingMoves: [PendingMove] = []
+    /// Set after a read found nothing: the next read is a blocking wait for entries after this id.
+    var waitAfter: String?
     var recoveringPending = true
     var pendingCursor = "0"
     var groupReady = false

@@ -432,14 +432,14 @@ extension IntegrationTests {
             try await waitFor("the worker delivers", timeout: .seconds(60)) { try await emulator.statistics().acceptedUnique >= 200 }
 
             // Migrate the queue's slot as redis-cli --cluster reshard does: IMPORTING, MIGRATING,
-            // MIGRATE the keys (the stream keeps its group and pending list), then NODE everywhere.
+            // MIGRATE the keys (the stream keeps its group and pending list; its leases go along), then NODE everywhere.
             let sourceNode = try BlockingRESP(port: source.port)
             let targetNode = try BlockingRESP(port: target.port)
             let sourceID = try #require(try sourceNode.command(["CLUSTER", "MYID"]).string)
             let targetID = try #require(try targetNode.command(["CLUSTER", "MYID"]).string)
             #expect(try targetNode.command(["CLUSTER", "SETSLOT", String(slot), "IMPORTING", sourceID]).string == "OK")
             #expect(try sourceNode.command(["CLUSTER", "SETSLOT", String(slot), "MIGRATING", targetID]).string == "OK")
-            let present = try [keys.jobs, keys.urgentJobs, keys.retry, keys.dead, keys.feedback].filter {
+            let present = try [keys.jobs, keys.urgentJobs, keys.leases, keys.urgentLane.leases, keys.retry, keys.dead, keys.feedback].filter {
                 try sourceNode.command(["EXISTS", $0]).integer == 1
             }
             let migrated = try sourceNode.command(["MIGRATE", "127.0.0.1", String(target.port), "", "0", "5000", "KEYS"] + present)

@@ -67,7 +67,11 @@ extension IntegrationTests {
                     last = current
                     return current.complete
                 }
-                if !done { throw WaitTimeout(description: "not every job was counted within 120 s: \(last)\n\(context())") }
+                if !done {
+                    let leases = (try? await redis.send(["HGETALL", QueueKeys().leases])).map { "\($0)" } ?? "?"
+                    let pending = (try? await redis.send(["XPENDING", QueueKeys().jobs, QueueKeys().group, "-", "+", "5"])).map { "\($0)" } ?? "?"
+                    throw WaitTimeout(description: "not every job was counted within 120 s: \(last)\nleases: \(leases)\npending: \(pending)\n\(context())")
+                }
                 return last
             }
         }

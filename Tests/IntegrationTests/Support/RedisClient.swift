@@ -1,3 +1,4 @@
+import Queue
 import Transport
 
 /// The test's own view of Redis: Herald's `RedisConnection` on a loop thread of its own, used to
@@ -170,10 +171,22 @@ final class RedisClient: RedisConnectionDelegate, @unchecked Sendable {
         }
     }
 
-    /// Entries pending in `group` of `stream` (0 when the group or stream does not exist).
+    /// Entries read and not finished in `group` of `stream`: those in the group's pending list
+    /// plus those of the worker's leases (`StreamLease`); 0 when the group or stream does not exist.
     func pendingCount(_ stream: String, group: String) async throws -> Int {
+        try await pendingListCount(stream, group: group) + leasedCount(stream)
+    }
+
+    /// Entries in the pending list of `group` of `stream` only.
+    func pendingListCount(_ stream: String, group: String) async throws -> Int {
         let reply = try await send(["XPENDING", stream, group])
         guard case .array(let parts) = reply, let first = parts.first, let count = first.integer else { return 0 }
         return Int(count)
+    }
+
+    /// Entries held under leases on `stream` and not finished (`StreamLease`).
+    func leasedCount(_ stream: String) async throws -> Int {
+        guard case .array(let values) = try await send(["HVALS", stream + ":leases"]) else { return 0 }
+        return StreamLease.unfinished(values: values.compactMap(\.string))
     }
 }

@@ -1,0 +1,267 @@
+import Transport
+
+/// Leases: how a worker records which entries it read without the consumer group's pending list.
+///
+/// Why: redis-server spends most of its time per job on the pending list. An `XREADGROUP` that
+/// records its entries there creates a record per entry, inserts it in two radix trees and builds
+/// an `XCLAIM` for replication, and each `XACK` takes it out again: measured on redis-server 7.0,
+/// 1.2–1.3 µs of its CPU per entry, against 0.5 µs for the same read with `NOACK`
+/// (`Benchmarks/tools/redis_read_costs.py`). A lease records one read as one hash field instead.
+///
+/// The read. In one `MULTI`/`EXEC`, `leaseRead` looks up the group's last-delivered id `after` and
+/// how many entries lie beyond it (the group's lag; the stream's last id `top` when Redis does not
+/// know the lag), writes the lease, and `XREADGROUP … NOACK` reads those entries. Nothing runs in
+/// between, so the lease names exactly the entries read: the first `count` entries of the stream
+/// after `after` (and at most `top`). Entries are never removed from inside a lease's range while
+/// it stands (the trim stops below the oldest lease), so `XRANGE (after top COUNT count` gives
+/// them back at any later time, in the order of the read: entry k of the read is position k.
+///
+/// The value of field `<instance>-<n>` in `<jobs>:leases`:
+/// `<after> <top> <count> <deliveries> <leased-at ms> <mask> <consumer>`, where `mask` is
+/// hexadecimal, position p being bit `p % 4` of digit `p / 4` (`-` when no bit is set yet), and a
+/// set bit means that entry's outcome is written (or the entry was moved to the pending list).
+///
+/// Finishing. An outcome batch sets its entries' bits with `leaseFinish`, in the same `MULTI` as
+/// its writes, so no entry is finished without its writes. The script deletes the lease once
+/// every position is set; it never recreates a lease that is gone.
+///
+/// Crashes. A lease whose worker died stays in the hash. Every worker runs `leaseRelease` with
+/// its claims: a lease of another instance leased longer ago than `--claim-idle` (or of the same
+/// consumer name but an earlier process, at once) becomes ordinary pending entries of the lease's
+/// consumer (`XCLAIM … FORCE`, with the lease's idle time and delivery count), only for the
+/// positions not set, and `XAUTOCLAIM` takes them over as before. So the pending list holds only
+/// what crashed (or was moved there on purpose), and everything built on it (claims, delivery
+/// counts, `--max-deliveries`, the pending-list read after a restart) stays as it was.
+public enum StreamLease {
+    /// Hex digits of a mask covering positions `0..<count`.
+    public static func maskDigits(count: Int) -> Int { (count + 3) / 4 }
+
+    /// Sets position `position` in `mask` (hex digits as ASCII bytes, grown with zeros as needed).
+    public static func set(_ position: Int, in mask: inout [UInt8]) {
+        let digit = position >> 2
+        while mask.count <= digit { mask.append(UInt8(ascii: "0")) }
+        let value = hexValue(mask[digit]) | (1 << (position & 3))
+        mask[digit] = hexDigits[Int(value)]
+    }
+
+    /// Whether `position` is set in `mask` (hex text, `-` for none).
+    public static func isSet(_ position: Int, in mask: Substring) -> Bool {
+        let digit = position >> 2
+        let bytes = Array(mask.utf8)
+        guard digit < bytes.count else { return false }
+        return hexValue(bytes[digit]) & (1 << (position & 3)) != 0
+    }
+
+    /// The parts of a lease value; nil for a value not in Herald's format.
+    public struct Value: Equatable, Sendable {
+        public var after: String
+        public var top: String
+        public var count: Int
+        public var deliveries: Int
+        public var leasedAt: Int64
+        public var mask: Substring
+        public var consumer: String
+
+        public init?(_ text: String) {
+            let parts = text.split(separator: " ", maxSplits: 6, omittingEmptySubsequences: false)
+            guard parts.count == 7, let count = Int(parts[2]), let deliveries = Int(parts[3]),
+                  let leasedAt = Int64(parts[4]) else { return nil }
+            after = String(parts[0])
+            top = String(parts[1])
+            self.count = count
+            self.deliveries = deliveries
+            self.leasedAt = leasedAt
+            mask = parts[5]
+            consumer = String(parts[6])
+        }
+
+        /// Positions of the lease not finished yet (`count` is an upper bound until the first
+        /// outcome of a read that found fewer entries than it asked for).
+        public var unfinished: Int {
+            var set = 0
+            for byte in mask.utf8 where byte != UInt8(ascii: "-") { set += hexValue(byte).nonzeroBitCount }
+            return max(0, count - set)
+        }
+    }
+
+    /// Entries held under the leases `values` (the hash's values) and not finished yet.
+    public static func unfinished(values: [String]) -> Int {
+        values.reduce(0) { $0 + (Value($1)?.unfinished ?? 0) }
+    }
+
+    private static let hexDigits = Array("0123456789abcdef".utf8)
+
+    private static func hexValue(_ byte: UInt8) -> UInt8 {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
+        default: return 0
+        }
+    }
+}
+
+extension QueueKeys {
+    /// The hash of the leases of `jobs` (see `StreamLease`): one field per read in progress.
+    public var leases: String { jobs + ":leases" }
+}
+
+extension QueueScripts {
+    /// `EVAL leaseRead 2 <jobs> <leases> <group> <field> <count> <now ms> <consumer>`, queued right
+    /// before `XREADGROUP GROUP <group> <consumer> COUNT <count> NOACK STREAMS <jobs> >` in one
+    /// MULTI (after a placeholder `HSET` of the field, which it removes first, so that no
+    /// placeholder outlives it, whatever it answers). Writes the lease of the entries that read
+    /// will return and returns
+    /// `{after, entries}` (`entries` 0: nothing to read, no lease written; `after` is then where a
+    /// blocking wait starts). Without the lag, `entries` is the count asked for, an upper bound
+    /// (the lease's `top` bounds its range). An error when the group does not exist (the read
+    /// fails the same way).
+    public static let leaseRead = """
+        redis.call('HDEL', KEYS[2], ARGV[2])
+        local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
+        local after, lag
+        for _, group in ipairs(groups) do
+          local name, last, behind
+          for i = 1, #group, 2 do
+            if group[i] == 'name' then name = group[i + 1]
+            elseif group[i] == 'last-delivered-id' then last = group[i + 1]
+            elseif group[i] == 'lag' then behind = group[i + 1] end
+          end
+          if name == ARGV[1] then after = last; lag = behind end
+        end
+        if not after then return redis.error_reply('NOGROUP no consumer group ' .. ARGV[1] .. ' on ' .. KEYS[1]) end
+        local count = tonumber(ARGV[3])
+        local top = '+'
+        if type(lag) == 'number' then
+          if lag < count then count = lag end
+        else
+          local info = redis.call('XINFO', 'STREAM', KEYS[1])
+          for i = 1, #info, 2 do
+            if info[i] == 'last-generated-id' then top = info[i + 1] end
+          end
+          if top == after or #redis.call('XRANGE', KEYS[1], '(' .. after, '+', 'COUNT', 1) == 0 then count = 0 end
+        end
+        if count <= 0 then return {after, 0} end
+        redis.call('HSET', KEYS[2], ARGV[2], after .. ' ' .. top .. ' ' .. count .. ' 1 ' .. ARGV[4] .. ' - ' .. ARGV[5])
+        return {after, count}
+        """
+
+    /// `EVAL leaseFinish 1 <leases> (<field> <entries read> <mask>)…`: sets the bits of `mask`
+    /// (hex) in each lease, lowers its count to the entries its read returned, and deletes it once
+    /// every position is set. Returns one integer per lease: 1 finished and deleted, 0 still open,
+    /// -1 gone already (released to the pending list by another worker: acknowledge its entries
+    /// there). A lease that is gone is never written again.
+    public static let leaseFinish = """
+        local result = {}
+        for i = 1, #ARGV, 3 do
+          local field, read, mask = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
+          local value = redis.call('HGET', KEYS[1], field)
+          local head, count, middle, old, tail
+          if value then
+            head, count, middle, old, tail = string.match(value, '^(%S+ %S+ )(%d+)( %d+ %d+ )(%S+)( .*)$')
+          end
+          if not head then
+            result[#result + 1] = -1
+          else
+            if old == '-' then old = '' end
+            count = tonumber(count)
+            if read < count then count = read end
+            local digits, set = {}, 0
+            for j = 1, math.max(#old, #mask) do
+              local v = bit.bor(tonumber(string.sub(old, j, j), 16) or 0, tonumber(string.sub(mask, j, j), 16) or 0)
+              digits[j] = string.format('%x', v)
+              set = set + bit.band(v, 1) + bit.band(bit.rshift(v, 1), 1) + bit.band(bit.rshift(v, 2), 1) + bit.rshift(v, 3)
+            end
+            if set >= count then
+              redis.call('HDEL', KEYS[1], field)
+              result[#result + 1] = 1
+            else
+              redis.call('HSET', KEYS[1], field, head .. count .. middle .. table.concat(digits) .. tail)
+              result[#result + 1] = 0
+            end
+          end
+        end
+        return result
+        """
+
+    /// `EVAL leaseRelease 2 <jobs> <leases> <group> <now ms> <idle ms> <own instance> <own consumer> <most> <oldest live>`:
+    /// turns leases nobody works on any more into pending entries: every lease whose lease time is
+    /// at least `<idle ms>` old, or whose consumer is `<own consumer>` (an earlier process of this
+    /// consumer), at most `<most>` leases, but never one of `<own instance>` numbered
+    /// `<oldest live>` or above (the caller's live leases; one of its own below that is one whose
+    /// last acknowledgement Redis lost, in a failover, and goes like the others once idle). The entries
+    /// of positions not set become pending entries of the lease's consumer, with the lease's idle
+    /// time and delivery count (`XCLAIM … FORCE JUSTID`), so `XAUTOCLAIM` and the pending-list
+    /// read take them as if the worker had read them with the pending list. A value not in
+    /// Herald's format, or whose range Redis refuses, is left alone. Returns `{leases released, entries}`.
+    public static let leaseRelease = """
+        local all = redis.call('HGETALL', KEYS[2])
+        local now, idle, most = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[6])
+        local prefix = ARGV[4] .. '-'
+        local released, moved = 0, 0
+        for i = 1, #all, 2 do
+          if released >= most then break end
+          local field = all[i]
+          local after, top, count, deliveries, at, mask, consumer =
+            string.match(all[i + 1], '^(%S+) (%S+) (%d+) (%d+) (%d+) (%S+) (.*)$')
+          local own = string.sub(field, 1, #prefix) == prefix
+          if own then
+            local number, live = tonumber(string.sub(field, #prefix + 1)), tonumber(ARGV[7] or '')
+            if not number or not live or number >= live then after = nil end
+          end
+          if after then
+            local age = now - tonumber(at)
+            if age >= idle or (consumer == ARGV[5] and not own) then
+              if mask == '-' then mask = '' end
+              -- A value only shaped like a lease (an operator's) may hold ids or counts Redis refuses:
+              -- pcall, and such a lease is left alone.
+              local rows = redis.pcall('XRANGE', KEYS[1], '(' .. after, top, 'COUNT', count)
+              if type(rows) ~= 'table' or rows.err then rows = nil end
+              local ids = {}
+              for p = 0, (rows and #rows or 0) - 1 do
+                local digit = tonumber(string.sub(mask, math.floor(p / 4) + 1, math.floor(p / 4) + 1), 16) or 0
+                if bit.band(digit, bit.lshift(1, p % 4)) == 0 then ids[#ids + 1] = rows[p + 1][1] end
+              end
+              if age < 0 then age = 0 end
+              for first = 1, #ids, 100 do
+                local chunk = {}
+                for k = first, math.min(first + 99, #ids) do chunk[#chunk + 1] = ids[k] end
+                chunk[#chunk + 1] = 'IDLE'
+                chunk[#chunk + 1] = age
+                chunk[#chunk + 1] = 'RETRYCOUNT'
+                chunk[#chunk + 1] = deliveries
+                chunk[#chunk + 1] = 'FORCE'
+                chunk[#chunk + 1] = 'JUSTID'
+                redis.call('XCLAIM', KEYS[1], ARGV[1], consumer, 0, unpack(chunk))
+              end
+              if rows then
+                redis.call('HDEL', KEYS[2], field)
+                released = released + 1
+                moved = moved + #ids
+              end
+            end
+          end
+        end
+        return {released, moved}
+        """
+
+    /// `EVAL leaseFinished 2 <jobs> <leases> <group> (<field> <position> <id>)…`: for each entry,
+    /// 1 when its outcome is written (its bit is set, or its lease is gone and the entry is not
+    /// pending), 0 otherwise. Only after a reconnect, for the outcome batches Redis never confirmed.
+    public static let leaseFinished = """
+        local result = {}
+        for i = 2, #ARGV, 3 do
+          local p = tonumber(ARGV[i + 1])
+          local value = redis.call('HGET', KEYS[2], ARGV[i])
+          local done
+          if value then
+            local mask = string.match(value, '^%S+ %S+ %d+ %d+ %d+ (%S+) ') or ''
+            local digit = tonumber(string.sub(mask, math.floor(p / 4) + 1, math.floor(p / 4) + 1), 16) or 0
+            done = bit.band(digit, bit.lshift(1, p % 4)) ~= 0
+          else
+            done = #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i + 2], ARGV[i + 2], 1) == 0
+          end
+          result[#result + 1] = done and 1 or 0
+        end
+        return result
+        """
+}

@@ -1,0 +1,368 @@
+import Logging
+import Queue
+import Transport
+
+/// One read under a lease, as its worker keeps it (see `StreamLease`): the lease's field and the
+/// ids read, in order (position k is `ids[k]`). Kept until every entry of it is confirmed
+/// finished (or moved to the pending list), or Redis says the lease is gone. Loop-confined.
+final class LocalLease {
+    let field: String
+    let ids: [StreamEntryID]
+    /// Positions moved to the pending list (their outcomes are acknowledged there, with XACK).
+    private(set) var moved: [Bool]?
+    /// Positions neither confirmed finished nor moved.
+    var unsettled: Int
+
+    init(field: String, ids: [StreamEntryID]) {
+        self.field = field
+        self.ids = ids
+        unsettled = ids.count
+    }
+
+    /// The position of `id` in the read (binary search: ids are in stream order).
+    func position(of id: StreamEntryID) -> Int? {
+        var low = 0, high = ids.count - 1
+        while low <= high {
+            let middle = (low + high) / 2
+            if ids[middle] == id { return middle }
+            if ids[middle] < id { low = middle + 1 } else { high = middle - 1 }
+        }
+        return nil
+    }
+
+    func markMoved(_ positions: Range<Int>) {
+        var flags = moved ?? Array(repeating: false, count: ids.count)
+        for position in positions where !flags[position] {
+            flags[position] = true
+            unsettled -= 1
+        }
+        moved = flags
+    }
+
+    func isMoved(_ position: Int) -> Bool { moved?[position] ?? false }
+}
+
+/// Entries moved from a lease (or read without one) to this consumer's pending list, until Redis
+/// confirms the move (`QueueWorker.moveToPending`).
+struct PendingMove {
+    let ids: [StreamEntryID]
+    /// The lease they leave (its positions are set), or nil.
+    let lease: (field: String, read: Int, mask: [UInt8])?
+    /// A lease field to delete with the move (a read whose lease did not cover it), or nil.
+    let deleteField: String?
+    /// Where the pending-list read starts once they are there; nil when the worker holds them
+    /// already (sent without a lease): the pending list only keeps them should it stop.
+    let cursor: String?
+}
+
+/// What an outcome batch's lease entries need once Redis answers: per lease, the local lease and
+/// the ids finished in the batch.
+struct LeaseAcknowledgementPlan {
+    var acknowledgement = OutcomeBatch.Acknowledgement()
+    var leases: [LocalLease] = []
+    var ids: [[StreamEntryID]] = []
+}
+
+extension QueueChannel {
+    /// The lease of this worker that holds `id` (not moved), and its position. The newest lease
+    /// first: after a failover to a replica that had not seen a read, the same entries can be
+    /// read again, under a newer lease, and only the newer one exists on the new master (the
+    /// older one's positions for them are then marked moved, `takeOver`). A handful of leases:
+    /// a scan with two comparisons per lease, then a binary search in the one holding `id`.
+    func lease(containing id: StreamEntryID) -> (LocalLease, Int)? {
+        for lease in leases.reversed() {
+            guard let first = lease.ids.first, let last = lease.ids.last, first <= id, id <= last,
+                  let position = lease.position(of: id), !lease.isMoved(position) else { continue }
+            return (lease, position)
+        }
+        return nil
+    }
+
+    /// `lease` was just read: entries of it an older lease of this worker holds too (read again
+    /// after a failover lost the older read) now belong to `lease` alone, so their outcomes set
+    /// positions in the lease that exists; the older lease marks them moved (a newer read starts
+    /// after the older one's last entry otherwise, and this costs one comparison).
+    func takeOver(for lease: LocalLease) {
+        guard let first = lease.ids.first, leases.count > 1 else { return }
+        for older in leases.dropLast() {
+            guard let last = older.ids.last, first <= last else { continue }
+            for id in lease.ids {
+                if let position = older.position(of: id), !older.isMoved(position) { older.markMoved(position..<position + 1) }
+            }
+        }
+        leases.removeAll { $0 !== lease && $0.unsettled <= 0 }
+    }
+
+    func removeLease(_ lease: LocalLease) {
+        if let index = leases.firstIndex(where: { $0 === lease }) { leases.remove(at: index) }
+    }
+
+    /// `count` entries of `lease` confirmed finished: drops the lease when none is left.
+    func settle(_ lease: LocalLease, count: Int) {
+        lease.unsettled -= count
+        if lease.unsettled <= 0 { removeLease(lease) }
+    }
+}
+
+extension QueueWorker {
+    /// A fresh lease field: this worker's instance and a sequence number.
+    func nextLeaseField() -> String {
+        leaseSequence &+= 1
+        return "\(leaseInstance)-\(leaseSequence)"
+    }
+
+    /// One leased read of up to `count` new entries on `channel`'s reader: MULTI, the lease script,
+    /// XREADGROUP … NOACK, EXEC (see `StreamLease`). Nothing to read: the next read is a blocking
+    /// wait for new entries (`waitForEntries`).
+    func leasedRead(_ channel: QueueChannel, count: Int) {
+        guard let reader = channel.reader else { return }
+        channel.readInFlight = true
+        let keys = channel.keys
+        let field = nextLeaseField()
+        // A command refused while queued makes EXEC answer EXECABORT; its own error says why
+        // (MOVED, NOPERM), so keep the first.
+        var refusal: String?
+        let queued: RedisConnection.Completion = { result in
+            if case .success(.error(let message)) = result, refusal == nil { refusal = message }
+        }
+        reader.send(["MULTI"], queued)
+        // A plain HSET first: a user without the right to write the lease (an ACL not updated),
+        // or a Redis out of memory, refuses it while it is queued, and EXEC then runs nothing; a
+        // refusal inside the script would come only after the read had run. The script
+        // overwrites this placeholder.
+        reader.send(["HSET", keys.leases, field, "-"], queued)
+        reader.send(["EVAL", QueueScripts.leaseRead, "2", keys.jobs, keys.leases, keys.group, field, String(count),
+                     String(wallClockNow()), configuration.consumer], queued)
+        reader.send(["XREADGROUP", "GROUP", keys.group, configuration.consumer, "COUNT", String(count), "NOACK",
+                     "STREAMS", keys.jobs, ">"], queued)
+        reader.sendRaw(["EXEC"]) { [weak self, weak channel] result in
+            guard let self, let channel else { return }
+            channel.readInFlight = false
+            guard case .success(let tape) = result else { return }
+            switch RedisReplyReader.leasedRead(tape: tape) {
+            case .failure(let error):
+                let message: String
+                switch error {
+                case .server(let text): message = refusal ?? text
+                default: message = "\(error)"
+                }
+                self.readFailed(channel, message: message)
+            case .success(let read):
+                channel.noteReply(bytes: tape.byteCount, entries: read.entries.count)
+                self.leasedReadArrived(channel, field: field, read: read)
+            }
+            self.maybeRead()
+        }
+    }
+
+    /// A leased read's answer: the entries go to the rules under their lease; those a reply cut
+    /// for its byte budget, or a read the lease does not cover, go to the pending list.
+    private func leasedReadArrived(_ channel: QueueChannel, field: String, read: RedisReplyReader.LeasedRead) {
+        let entries = read.entries
+        if let error = read.scriptError {
+            // The read ran without its lease (the script failed after the placeholder was
+            // written). Its entries are sent now and also moved to the pending list, which keeps
+            // them if this worker stops; reads pause, longer each time, while the script fails.
+            handleRedisError(error, channel: channel)
+            channel.logger.error("the lease script failed; the entries read go to the pending list",
+                                 metadata: ["entries": "\(entries.count)", "error": "\(error)"])
+            moveToPending(channel, PendingMove(ids: entries.map(\.id), lease: nil, deleteField: field,
+                                               cursor: nil))
+            take(entries, queue: channel.index, deliveries: nil)
+            pauseReads(channel)
+            return
+        }
+        channel.readFailures = 0
+        channel.redirectsInARow = 0
+        channel.active = !entries.isEmpty
+        guard !entries.isEmpty else {
+            channel.waitAfter = read.after
+            // Without the lag the script counted on entries the read did not find (the last ones
+            // were deleted): the lease covers nothing.
+            if read.leased > 0 { channel.writer?.send(["HDEL", channel.keys.leases, field]) }
+            return
+        }
+        guard read.leased >= entries.count else {
+            // Redis returned more than the lease counted (it should not): the pending list holds them.
+            channel.logger.warning("a read returned more entries than its lease covers; they go to the pending list",
+                                   metadata: ["entries": "\(entries.count)", "leased": "\(read.leased)"])
+            moveToPending(channel, PendingMove(ids: entries.map(\.id), lease: nil, deleteField: field, cursor: nil))
+            take(entries, queue: channel.index, deliveries: nil)
+            return
+        }
+        let lease = LocalLease(field: field, ids: entries.map(\.id))
+        channel.leases.append(lease)
+        channel.takeOver(for: lease)
+        let (taken, deferredAfter) = QueueWorker.deferringOverBudget(entries)
+        if let deferredAfter {
+            // The reply outgrew its byte budget: the entries past it are read again, fewer at a
+            // time (the estimate just grew), from the pending list.
+            let positions = taken.count..<entries.count
+            var mask: [UInt8] = []
+            for position in positions { StreamLease.set(position, in: &mask) }
+            lease.markMoved(positions)
+            moveToPending(channel, PendingMove(ids: Array(lease.ids[positions]), lease: (field, entries.count, mask),
+                                               deleteField: nil, cursor: deferredAfter.description))
+            if lease.unsettled <= 0 { channel.removeLease(lease) }
+        }
+        take(taken, queue: channel.index, deliveries: nil)
+    }
+
+    /// Waits (XREAD BLOCK) for an entry after `after` in `channel`'s stream, then reads again.
+    func waitForEntries(_ channel: QueueChannel, after: String) {
+        guard let reader = channel.reader else { return }
+        channel.readInFlight = true
+        reader.send(["XREAD", "BLOCK", String(configuration.blockMilliseconds), "COUNT", "1", "STREAMS", channel.keys.jobs, after]) {
+            [weak self, weak channel] result in
+            guard let self, let channel else { return }
+            channel.readInFlight = false
+            channel.waitAfter = nil
+            switch result {
+            case .failure:
+                return
+            case .success(.error(let message)):
+                self.readFailed(channel, message: message)
+            case .success(.array):
+                channel.active = true
+            default:
+                break  // timed out: read again, which waits again if there is still nothing
+            }
+            self.maybeRead()
+        }
+    }
+
+    /// Moves entries to this consumer's pending list (XCLAIM … FORCE JUSTID), setting their
+    /// positions in their lease in the same transaction; then reads the pending list from the
+    /// move's cursor. Kept until Redis confirms it and sent again after a reconnect and at every
+    /// claim tick, so a move that failed never leaves entries in a lease nobody reads.
+    ///
+    /// A move of entries this worker holds already (`cursor` nil: read without a lease) is sent
+    /// once, never again: sent again after their outcome, it would put finished entries back.
+    func moveToPending(_ channel: QueueChannel, _ move: PendingMove) {
+        if move.cursor != nil { channel.pendingMoves.append(move) }
+        sendMove(channel, move)
+    }
+
+    /// Sends the moves not confirmed yet (after a reconnect, at a claim tick).
+    func resendPendingMoves(_ channel: QueueChannel) {
+        for move in channel.pendingMoves { sendMove(channel, move) }
+    }
+
+    private func sendMove(_ channel: QueueChannel, _ move: PendingMove) {
+        guard let writer = channel.writer, writer.isReady else { return }
+        guard !move.ids.isEmpty else {
+            // Nothing read: only the placeholder lease to remove.
+            if let field = move.deleteField { writer.send(["HDEL", channel.keys.leases, field]) }
+            return
+        }
+        let keys = channel.keys
+        writer.send(["MULTI"])
+        writer.send(argumentCount: 7 + move.ids.count, { builder in
+            builder.add("XCLAIM"); builder.add(keys.jobs); builder.add(keys.group); builder.add(self.configuration.consumer)
+            builder.add(integer: 0)
+            for id in move.ids { builder.add(entryMilliseconds: id.milliseconds, sequence: id.sequence) }
+            builder.add("FORCE"); builder.add("JUSTID")
+        })
+        if let lease = move.lease {
+            writer.send(["EVAL", QueueScripts.leaseFinish, "1", keys.leases, lease.field, String(lease.read),
+                         String(decoding: lease.mask, as: UTF8.self)])
+        }
+        if let field = move.deleteField { writer.send(["HDEL", keys.leases, field]) }
+        let first = move.ids[0]
+        writer.send(["EXEC"]) { [weak self, weak channel] result in
+            guard let self, let channel else { return }
+            guard case .success(.array(let replies)) = result else {
+                if case .success(.error(let message)) = result { self.handleRedisError(message, channel: channel) }
+                return  // sent again at the next claim tick or reconnect
+            }
+            for reply in replies { if case .error(let message) = reply { self.handleRedisError(message, channel: channel); return } }
+            guard let index = channel.pendingMoves.firstIndex(where: { $0.ids.first == first }) else { return }
+            let done = channel.pendingMoves.remove(at: index)
+            guard let cursor = done.cursor else { return }
+            // Read them from the pending list (from its start when a pending-list read is under
+            // way already: its cursor may be past them; entries held are not taken twice).
+            channel.pendingCursor = channel.recoveringPending ? "0" : cursor
+            channel.recoveringPending = true
+            self.maybeRead()
+        }
+    }
+
+    /// How `batch`'s entries are acknowledged: those of this worker's leases by their positions,
+    /// the others with XACK. nil when the queue has no lease (every entry is acknowledged with XACK).
+    func leasePlan(for batch: OutcomeBatch, channel: QueueChannel) -> LeaseAcknowledgementPlan? {
+        guard !channel.leases.isEmpty else { return nil }
+        var plan = LeaseAcknowledgementPlan()
+        var masks: [[UInt8]] = []
+        for entry in batch.entries {
+            guard let (lease, position) = channel.lease(containing: entry.entryID) else {
+                plan.acknowledgement.pending.append(entry.entryID)
+                continue
+            }
+            let index: Int
+            if let found = plan.leases.lastIndex(where: { $0 === lease }) {
+                index = found
+            } else {
+                index = plan.leases.count
+                plan.leases.append(lease)
+                plan.ids.append([])
+                masks.append([])
+            }
+            StreamLease.set(position, in: &masks[index])
+            plan.ids[index].append(entry.entryID)
+        }
+        guard !plan.leases.isEmpty else { return nil }
+        for (index, lease) in plan.leases.enumerated() {
+            plan.acknowledgement.leases.append((lease.field, lease.ids.count, masks[index]))
+        }
+        return plan
+    }
+
+    /// Redis confirmed a batch acknowledged by `plan`: `reply` is the lease script's answer, one
+    /// status per lease. A lease gone already (another worker released it to the pending list)
+    /// gets its entries acknowledged there. Returns false when the script failed: its entries'
+    /// positions are not set, so the batch must be written again.
+    func leasesAcknowledged(_ plan: LeaseAcknowledgementPlan, reply: RedisReply?, channel: QueueChannel) -> Bool {
+        guard case .array(let statuses)? = reply, statuses.count == plan.leases.count else { return false }
+        for (index, lease) in plan.leases.enumerated() {
+            if statuses[index].integer == -1 {
+                channel.removeLease(lease)
+                let ids = plan.ids[index]
+                channel.writer?.send(argumentCount: 3 + ids.count, { builder in
+                    builder.add("XACK"); builder.add(channel.keys.jobs); builder.add(channel.keys.group)
+                    for id in ids { builder.add(entryMilliseconds: id.milliseconds, sequence: id.sequence) }
+                })
+            } else {
+                channel.settle(lease, count: plan.ids[index].count)
+            }
+        }
+        return true
+    }
+
+    /// The leases nobody works on any more become pending entries (`QueueScripts.leaseRelease`):
+    /// those of other instances idle past `--claim-idle`, or, with `ownConsumerOnly`, those of this
+    /// consumer name left by an earlier process (at once). `then` runs when Redis answered.
+    func releaseLeases(_ channel: QueueChannel, ownConsumerOnly: Bool, then: @escaping () -> Void) {
+        guard let writer = channel.writer, writer.isReady else { then(); return }
+        let keys = channel.keys
+        let idle = ownConsumerOnly ? Int64.max / 2 : Int64(configuration.claimIdleMilliseconds)
+        // This worker's own leases older than its oldest live one are ones whose last
+        // acknowledgement Redis lost (a failover): they are released like a stopped worker's.
+        let oldestLive = channel.leases.first.flatMap { UInt64($0.field.split(separator: "-").last ?? "") } ?? (leaseSequence &+ 1)
+        writer.send(["EVAL", QueueScripts.leaseRelease, "2", keys.jobs, keys.leases, keys.group, String(wallClockNow()),
+                     String(idle), leaseInstance, configuration.consumer, "64", String(oldestLive)]) { [weak self, weak channel] result in
+            guard let self, let channel else { return }
+            switch result {
+            case .success(.array(let counts)) where counts.count == 2:
+                if let leases = counts[0].integer, leases > 0 {
+                    channel.logger.info("released the leases of a stopped worker to the pending list",
+                                        metadata: ["leases": "\(leases)", "entries": "\(counts[1].integer ?? 0)"])
+                }
+            case .success(.error(let message)):
+                self.handleRedisError(message, channel: channel)
+            default:
+                break
+            }
+            then()
+        }
+    }
+}

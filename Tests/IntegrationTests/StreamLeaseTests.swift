@@ -1,0 +1,183 @@
+import Foundation
+import Queue
+import Testing
+import Transport
+import Worker
+
+extension IntegrationTests {
+    /// Leases (`StreamLease`): a worker records each read as one hash field instead of an entry
+    /// per job in the pending list. The scripts against a real redis-server, then workers that
+    /// find leases a stopped worker (or an earlier process of their own consumer name) left, and
+    /// leases an operator mangled.
+    @Suite(.serialized)
+    struct StreamLeaseTests {
+        /// One leased read by hand, as the worker sends it: the EXEC reply's parts.
+        static func leasedRead(_ bed: WorkerBed, field: String, count: Int, consumer: String, at now: Int64) async throws -> (RedisReply, RedisReply) {
+            let keys = bed.keys
+            _ = try await bed.client.send(["MULTI"])
+            _ = try await bed.client.send(["EVAL", QueueScripts.leaseRead, "2", keys.jobs, keys.leases, keys.group, field, String(count),
+                                           String(now), consumer])
+            _ = try await bed.client.send(["XREADGROUP", "GROUP", keys.group, consumer, "COUNT", String(count), "NOACK",
+                                           "STREAMS", keys.jobs, ">"])
+            let reply = try await bed.client.send(["EXEC"])
+            guard case .array(let parts) = reply, parts.count == 2 else {
+                throw WaitTimeout(description: "EXEC answered \(reply)")
+            }
+            return (parts[0], parts[1])
+        }
+
+        static func lease(_ bed: WorkerBed, _ field: String) async throws -> StreamLease.Value? {
+            try await bed.client.send(["HGET", bed.keys.leases, field]).string.flatMap(StreamLease.Value.init)
+        }
+
+        /// The ids a read reply (`[[stream, [[id, fields], …]]]`) holds.
+        static func ids(_ reply: RedisReply) -> [String] {
+            RedisReplyReader.readEntries(reply).map(\.id.description)
+        }
+
+        @Test
+        func aLeaseNamesExactlyTheEntriesReadAndFinishesWithThem() async throws {
+            try await withWorkerBed { bed in
+                let keys = bed.keys
+                let ids = try await bed.enqueue(10)
+                _ = try await bed.client.send(["XGROUP", "CREATE", keys.jobs, keys.group, "0"])
+
+                // 4 of 10, then the 6 left (asked for 100), then nothing: no lease for an empty read.
+                let (first, firstRead) = try await Self.leasedRead(bed, field: "a-1", count: 4, consumer: "c", at: 1_000)
+                #expect(Self.ids(firstRead) == Array(ids[0..<4]))
+                #expect(first == .array([.bulk(Array("0-0".utf8)), .integer(4)]))
+                let lease = try #require(try await Self.lease(bed, "a-1"))
+                #expect(lease.after == "0-0" && lease.count == 4 && lease.deliveries == 1 && lease.leasedAt == 1_000
+                        && lease.mask == "-" && lease.consumer == "c" && lease.unfinished == 4, "\(lease)")
+                let (_, secondRead) = try await Self.leasedRead(bed, field: "a-2", count: 100, consumer: "c", at: 1_000)
+                #expect(Self.ids(secondRead) == Array(ids[4...]))
+                #expect(try await Self.lease(bed, "a-2")?.count == 6, "the lease counts what the read returns (the group's lag)")
+                let (empty, emptyRead) = try await Self.leasedRead(bed, field: "a-3", count: 100, consumer: "c", at: 1_000)
+                #expect(empty == .array([.bulk(Array(ids[9].utf8)), .integer(0)]) && emptyRead == .null)
+                #expect(try await bed.client.send(["HEXISTS", keys.leases, "a-3"]) == .integer(0))
+                #expect(try await bed.client.pendingListCount(keys.jobs, group: keys.group) == 0, "NOACK: nothing in the pending list")
+                #expect(try await bed.client.leasedCount(keys.jobs) == 10)
+
+                // Finishing positions 0 and 2 of a-1 (mask 5), then 1 and 3 (a): it is deleted.
+                let finish = ["EVAL", QueueScripts.leaseFinish, "1", keys.leases]
+                #expect(try await bed.client.send(finish + ["a-1", "4", "5"]) == .array([.integer(0)]))
+                #expect(try await Self.lease(bed, "a-1")?.unfinished == 2)
+                #expect(try await bed.client.send(finish + ["a-1", "4", "5"]) == .array([.integer(0)]), "setting a bit twice changes nothing")
+                #expect(try await Self.lease(bed, "a-1")?.unfinished == 2)
+
+                // Which entries are finished (after a lost answer): by the bits of a lease that stands.
+                let finished = try await bed.client.send(["EVAL", QueueScripts.leaseFinished, "2", keys.jobs, keys.leases, keys.group,
+                                                          "a-1", "0", ids[0], "a-1", "1", ids[1], "a-2", "0", ids[4]])
+                #expect(finished == .array([.integer(1), .integer(0), .integer(0)]))
+                #expect(try await bed.client.send(finish + ["a-1", "4", "a"]) == .array([.integer(1)]))
+                #expect(try await bed.client.send(["HEXISTS", keys.leases, "a-1"]) == .integer(0))
+                // … and by the pending list once the lease is gone (finished: not pending).
+                let gone = try await bed.client.send(["EVAL", QueueScripts.leaseFinished, "2", keys.jobs, keys.leases, keys.group,
+                                                      "a-1", "1", ids[1]])
+                #expect(gone == .array([.integer(1)]))
+
+                // The trim stops below the oldest lease: a-2 holds 4–9.
+                #expect(try await bed.client.send(StreamTrim.command(stream: keys.jobs)) == .integer(3))
+                #expect(try await bed.client.entries(keys.jobs).map(\.id) == Array(ids[3...]), "entry 3 (a-2's after) stays until a-2 ends")
+
+                // Released by another instance after 1 s idle: positions 0 and 5 of a-2 were finished
+                // (mask "12": digit 1 holds positions 0–3, bit 1 is position 0; digit 2, positions 4–7).
+                #expect(try await bed.client.send(finish + ["a-2", "6", "12"]) == .array([.integer(0)]))
+                let notYet = try await bed.client.send(["EVAL", QueueScripts.leaseRelease, "2", keys.jobs, keys.leases, keys.group,
+                                                        "1500", "1000", "b", "other", "64"])
+                #expect(notYet == .array([.integer(0), .integer(0)]), "leased 500 ms ago: not idle yet")
+                let ownInstance = try await bed.client.send(["EVAL", QueueScripts.leaseRelease, "2", keys.jobs, keys.leases, keys.group,
+                                                             "9000", "1000", "a", "c", "64"])
+                #expect(ownInstance == .array([.integer(0), .integer(0)]), "a worker never releases its own leases")
+                let released = try await bed.client.send(["EVAL", QueueScripts.leaseRelease, "2", keys.jobs, keys.leases, keys.group,
+                                                          "9000", "1000", "b", "other", "64"])
+                #expect(released == .array([.integer(1), .integer(4)]))
+                #expect(try await bed.client.send(["HLEN", keys.leases]) == .integer(0))
+                // The 4 unfinished entries are pending for the lease's consumer, idle since the lease, delivered once.
+                guard case .array(let rows) = try await bed.client.send(["XPENDING", keys.jobs, keys.group, "-", "+", "10"]) else {
+                    Issue.record("XPENDING failed"); return
+                }
+                let pending = rows.compactMap { row -> (String, String, Int64, Int64)? in
+                    guard case .array(let c) = row, c.count == 4, let id = c[0].string, let owner = c[1].string,
+                          let idle = c[2].integer, let count = c[3].integer else { return nil }
+                    return (id, owner, idle, count)
+                }
+                #expect(pending.map(\.0) == Array(ids[5...8]))
+                #expect(pending.allSatisfy { $0.1 == "c" && $0.2 >= 8_000 && $0.3 == 1 }, "\(pending)")
+                // The lease is gone: a late outcome of its worker is told so (-1) and never recreates it.
+                #expect(try await bed.client.send(finish + ["a-2", "6", "1"]) == .array([.integer(-1)]))
+                #expect(try await bed.client.send(["HLEN", keys.leases]) == .integer(0))
+            }
+        }
+
+        @Test
+        func aStoppedWorkersLeasesAreTakenOverAndNothingIsLostOrSentTwice() async throws {
+            try await withWorkerBed { bed in
+                let keys = bed.keys
+                let count = 600
+                try await bed.enqueue(count)
+                _ = try await bed.client.send(["XGROUP", "CREATE", keys.jobs, keys.group, "0"])
+                // A worker that read 250 under two leases, finished 20 of the first, then stopped.
+                let now = Int64(Date().timeIntervalSince1970 * 1000)
+                _ = try await Self.leasedRead(bed, field: "dead-1", count: 100, consumer: "stopped-0", at: now)
+                _ = try await Self.leasedRead(bed, field: "dead-2", count: 150, consumer: "stopped-0", at: now)
+                _ = try await bed.client.send(["EVAL", QueueScripts.leaseFinish, "1", keys.leases, "dead-1", "100", "fffff"])
+                #expect(try await bed.client.leasedCount(keys.jobs) == 230)
+
+                let worker = try await bed.startWorker(connections: 2, maxStreams: 50) { $0.claimIdleMilliseconds = 2_000 }
+                let ledger = try await bed.waitUntilSettled(enqueued: count - 20, timeout: .seconds(60))
+                let counters = try await worker.counters()
+                #expect(ledger.acceptedUnique == count - 20 && ledger.duplicates == 0, "the 20 finished are not sent: \(ledger)")
+                #expect(counters.jobsReclaimed == 230, "\(counters)")
+                #expect(try await bed.client.send(["HLEN", keys.leases]) == .integer(0))
+                #expect(try await bed.client.pendingListCount(keys.jobs, group: keys.group) == 0)
+            }
+        }
+
+        @Test
+        func aRestartedConsumerTakesItsEarlierLeasesAtOnce() async throws {
+            try await withWorkerBed { bed in
+                let keys = bed.keys
+                let count = 300
+                try await bed.enqueue(count)
+                _ = try await bed.client.send(["XGROUP", "CREATE", keys.jobs, keys.group, "0"])
+                let consumer = WorkerHarness.uniqueConsumer("restarted")
+                _ = try await Self.leasedRead(bed, field: "earlier-1", count: 120, consumer: consumer,
+                                              at: Int64(Date().timeIntervalSince1970 * 1000))
+                // The default --claim-idle (60 s) is far beyond the wait: only the restart rule applies.
+                try await bed.startWorker(connections: 2, maxStreams: 50) { $0.consumer = consumer }
+                let ledger = try await bed.waitUntilSettled(enqueued: count, timeout: .seconds(30))
+                #expect(ledger.acceptedUnique == count && ledger.duplicates == 0, "\(ledger)")
+                #expect(try await bed.client.send(["HLEN", keys.leases]) == .integer(0))
+            }
+        }
+
+        @Test
+        func leasesAnOperatorMangledStopNothing() async throws {
+            try await withWorkerBed { bed in
+                let keys = bed.keys
+                let count = 500
+                try await bed.enqueue(count)
+                _ = try await bed.client.send(["XGROUP", "CREATE", keys.jobs, keys.group, "0"])
+                // Values in no format Herald writes: binary, empty, huge, numbers out of range.
+                let junk: [(String, [UInt8])] = [
+                    ("x-1", [0, 255, 10, 13, 32]), ("x-2", []), ("x-3", Array(repeating: UInt8(ascii: "9"), count: 100_000)),
+                    ("x-4", Array("99999999999999999999-1 + 99999999999999999999 1 1 - c".utf8)), ("x-5", Array("0-0 + -5 1 1 zz c".utf8)),
+                ]
+                for (field, value) in junk { _ = try await bed.client.send(arguments: [.text("HSET"), .text(keys.leases), .text(field), .bytes(value)]) }
+                let worker = try await bed.startWorker(connections: 2, maxStreams: 50) { $0.claimIdleMilliseconds = 1_000 }
+                let ledger = try await bed.waitUntilSettled(enqueued: count, timeout: .seconds(60))
+                #expect(ledger.acceptedUnique == count && ledger.duplicates == 0, "\(ledger)")
+                // It stays alive and keeps reading: more jobs after the claim ticks ran over the junk.
+                try await Task.sleep(for: .seconds(3))
+                try await bed.enqueue(100)
+                try await waitFor("the worker still delivers", timeout: .seconds(30)) {
+                    try await bed.emulator.statistics().acceptedUnique == count + 100
+                }
+                #expect(try await worker.counters().accepted >= count + 100)
+                let stats = try QueueInspector(redis: try BlockingRedisClient(endpoint: bed.redis.endpoint)).stats(keys: keys)
+                #expect(stats.group != nil, "herald stats reads the queue despite the junk")
+            }
+        }
+    }
+}
