@@ -13,6 +13,10 @@ The figure is redis-server's utime + stime (from /proc/PID/stat) over the reads,
                     record removed in a MULTI: the only atomic read-and-record without a pending list
   noack-then-record NOACK, then the record written and removed in a MULTI (not atomic with the
                     read: a worker that stops in between loses the batch)
+  lease             Herald's worker since leases: MULTI { HSET placeholder, EVAL leaseRead,
+                    XREADGROUP … NOACK } EXEC, then the read's positions set in two outcome
+                    batches (EVAL leaseFinish, each in a MULTI) and the lease deleted (HDEL); the
+                    scripts are read from Sources/Queue/StreamLease.swift
 
 Cases alternate round by round (--rounds). CPU time is counted in clock ticks (10 ms), so keep N
 at 100,000 or more. Prints Markdown on stdout, progress on stderr.
@@ -21,13 +25,14 @@ Usage: python3 Benchmarks/tools/redis_read_costs.py [--n 500000] [--batch 256] [
 import argparse
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
 
 from benchkit import cpu_seconds, free_port, log, resp
 
-CASES = ["pel", "pel-no-ack", "noack", "noack-script", "noack-then-record"]
+CASES = ["pel", "pel-no-ack", "noack", "noack-script", "noack-then-record", "lease"]
 SCRIPT = """local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3], 'NOACK', 'STREAMS', KEYS[1], '>')
 if r then
   local entries = r[1][2]
@@ -36,12 +41,20 @@ end
 return r"""
 
 
+def lease_scripts():
+    """leaseRead and leaseFinish as the worker sends them (from the Swift source, unindented)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../Sources/Queue/StreamLease.swift")
+    found = dict(re.findall(r'public static let (\w+) = """\n(.*?)\n\s*"""', open(path).read(), re.S))
+    return {name: "\n".join(line[8:] if line.startswith(" " * 8) else line for line in found[name].split("\n"))
+            for name in ("leaseRead", "leaseFinish")}
 
 
-
-
-
-
+def mask(positions):
+    """The hex mask of `positions` (see StreamLease)."""
+    digits = [0] * ((max(positions) + 4) // 4)
+    for p in positions:
+        digits[p // 4] |= 1 << (p % 4)
+    return "".join("%x" % d for d in digits)
 
 
 def pipe(port, data):
@@ -50,7 +63,7 @@ def pipe(port, data):
         sys.exit(f"redis-cli --pipe failed: {done.stdout[-400:]!r} {done.stderr[-400:]!r}")
 
 
-def reads(case, key, n, batch, sha):
+def reads(case, key, n, batch, sha, scripts):
     commands = []
     for start in range(1, n + 1, batch):
         ids = [f"1-{i}" for i in range(start, min(n, start + batch - 1) + 1)]
@@ -64,6 +77,17 @@ def reads(case, key, n, batch, sha):
         elif case == "noack-script":
             commands.append(resp("EVALSHA", sha, 2, key, "leases", "g", "c", batch, 1700000000000))
             commands += [resp("MULTI"), resp("HDEL", "leases", lease), resp("EXEC")]
+        elif case == "lease":
+            field = f"i-{start}"
+            commands += [resp("MULTI"), resp("HSET", key + ":leases", field, "-"),
+                         resp("EVAL", scripts["leaseRead"], 2, key, key + ":leases", "g", field, batch, 1700000000000, "c"),
+                         resp("XREADGROUP", "GROUP", "g", "c", "COUNT", batch, "NOACK", "STREAMS", key, ">"), resp("EXEC")]
+            half = len(ids) // 2
+            for part in (range(0, half), range(half, len(ids))):
+                if len(part):
+                    commands += [resp("MULTI"), resp("EVAL", scripts["leaseFinish"], 1, key + ":leases", field, len(ids), mask(part)),
+                                 resp("EXEC")]
+            commands.append(resp("HDEL", key + ":leases", field))
         elif case == "noack-then-record":
             commands.append(resp("XREADGROUP", "GROUP", "g", "c", "COUNT", batch, "NOACK", "STREAMS", key, ">"))
             commands += [resp("MULTI"), resp("HSET", "leases", lease, f"{ids[-1]} 1700000000000"),
@@ -96,15 +120,16 @@ def main():
             sys.exit("redis-server did not start")
         version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()
         sha = subprocess.run(["redis-cli", "-p", str(port), "SCRIPT", "LOAD", SCRIPT], capture_output=True, text=True).stdout.strip()
+        scripts = lease_scripts()
         payload = b'{"aps":{"alert":"' + b"x" * 236 + b'"}}'
         results = {case: [] for case in cases}
         for round_ in range(args.rounds):
             for case in (cases if round_ % 2 == 0 else list(reversed(cases))):
                 key = f"bench-{case}"
-                fill = [resp("DEL", key, "leases"), resp("XGROUP", "CREATE", key, "g", "0", "MKSTREAM")]
+                fill = [resp("DEL", key, "leases", key + ":leases"), resp("XGROUP", "CREATE", key, "g", "0", "MKSTREAM")]
                 fill += [resp("XADD", key, f"1-{i}", "token", "%064x" % i, "payload", payload) for i in range(1, args.n + 1)]
                 pipe(port, b"".join(fill))
-                data = reads(case, key, args.n, args.batch, sha)
+                data = reads(case, key, args.n, args.batch, sha, scripts)
                 before = cpu_seconds(server.pid)
                 pipe(port, data)
                 spent = cpu_seconds(server.pid) - before

@@ -22,8 +22,8 @@ import Transport
 /// set bit means that entry's outcome is written (or the entry was moved to the pending list).
 ///
 /// Finishing. An outcome batch sets its entries' bits with `leaseFinish`, in the same `MULTI` as
-/// its writes, so no entry is finished without its writes. The script deletes the lease once
-/// every position is set; it never recreates a lease that is gone.
+/// its writes, so no entry is finished without its writes; the script never recreates a lease
+/// that is gone. The worker deletes the lease (`HDEL`) once Redis confirmed every position.
 ///
 /// Crashes. A lease whose worker died stays in the hash. Every worker runs `leaseRelease` with
 /// its claims: a lease of another instance leased longer ago than `--claim-idle` (or of the same
@@ -146,10 +146,11 @@ extension QueueScripts {
         """
 
     /// `EVAL leaseFinish 1 <leases> (<field> <entries read> <mask>)…`: sets the bits of `mask`
-    /// (hex) in each lease, lowers its count to the entries its read returned, and deletes it once
-    /// every position is set. Returns one integer per lease: 1 finished and deleted, 0 still open,
-    /// -1 gone already (released to the pending list by another worker: acknowledge its entries
-    /// there). A lease that is gone is never written again.
+    /// (hex) in each lease and lowers its count to the entries its read returned. Returns one
+    /// integer per lease: 0 done, -1 gone already (released to the pending list by another worker:
+    /// acknowledge its entries there). A lease that is gone is never written again. The worker
+    /// deletes a lease (`HDEL`) once Redis confirmed every position of it. The masks are merged 32
+    /// bits at a time: per-digit Lua cost redis-server 60 µs per call on a lease of 256.
     public static let leaseFinish = """
         local result = {}
         for i = 1, #ARGV, 3 do
@@ -159,25 +160,20 @@ extension QueueScripts {
           if value then
             head, count, middle, old, tail = string.match(value, '^(%S+ %S+ )(%d+)( %d+ %d+ )(%S+)( .*)$')
           end
-          if not head then
+          if not head or not read then
             result[#result + 1] = -1
           else
             if old == '-' then old = '' end
-            count = tonumber(count)
-            if read < count then count = read end
-            local digits, set = {}, 0
-            for j = 1, math.max(#old, #mask) do
-              local v = bit.bor(tonumber(string.sub(old, j, j), 16) or 0, tonumber(string.sub(mask, j, j), 16) or 0)
-              digits[j] = string.format('%x', v)
-              set = set + bit.band(v, 1) + bit.band(bit.rshift(v, 1), 1) + bit.band(bit.rshift(v, 2), 1) + bit.rshift(v, 3)
+            if read < tonumber(count) then count = read end
+            local parts = {}
+            for j = 1, math.max(#old, #mask), 8 do
+              local a, b = string.sub(old, j, j + 7), string.sub(mask, j, j + 7)
+              a = tonumber(a .. string.rep('0', 8 - #a), 16) or 0
+              b = tonumber(b .. string.rep('0', 8 - #b), 16) or 0
+              parts[#parts + 1] = bit.tohex(bit.bor(a, b), 8)
             end
-            if set >= count then
-              redis.call('HDEL', KEYS[1], field)
-              result[#result + 1] = 1
-            else
-              redis.call('HSET', KEYS[1], field, head .. count .. middle .. table.concat(digits) .. tail)
-              result[#result + 1] = 0
-            end
+            redis.call('HSET', KEYS[1], field, head .. count .. middle .. table.concat(parts) .. tail)
+            result[#result + 1] = 0
           end
         end
         return result

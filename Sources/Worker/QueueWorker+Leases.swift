@@ -21,13 +21,15 @@ final class LocalLease {
 
     /// The position of `id` in the read (binary search: ids are in stream order).
     func position(of id: StreamEntryID) -> Int? {
-        var low = 0, high = ids.count - 1
-        while low <= high {
-            let middle = (low + high) / 2
-            if ids[middle] == id { return middle }
-            if ids[middle] < id { low = middle + 1 } else { high = middle - 1 }
+        ids.withUnsafeBufferPointer { ids in
+            var low = 0, high = ids.count - 1
+            while low <= high {
+                let middle = (low + high) / 2
+                if ids[middle] == id { return middle }
+                if ids[middle] < id { low = middle + 1 } else { high = middle - 1 }
+            }
+            return nil
         }
-        return nil
     }
 
     func markMoved(_ positions: Range<Int>) {
@@ -64,43 +66,73 @@ struct LeaseAcknowledgementPlan {
 }
 
 extension QueueChannel {
-    /// The lease of this worker that holds `id` (not moved), and its position. The newest lease
-    /// first: after a failover to a replica that had not seen a read, the same entries can be
-    /// read again, under a newer lease, and only the newer one exists on the new master (the
-    /// older one's positions for them are then marked moved, `takeOver`). A handful of leases:
-    /// a scan with two comparisons per lease, then a binary search in the one holding `id`.
+    /// The lease of this worker that holds `id` (not moved), and its position. After a failover
+    /// to a replica that had not seen a read, the same entries can be read again under a newer
+    /// lease, and only the newer one exists on the new master (the older one's positions for them
+    /// are then marked moved, `takeOver`). A handful of leases: a scan with two comparisons per
+    /// lease, then a binary search in the one holding `id`.
     func lease(containing id: StreamEntryID) -> (LocalLease, Int)? {
-        for lease in leases.reversed() {
-            guard let first = lease.ids.first, let last = lease.ids.last, first <= id, id <= last,
-                  let position = lease.position(of: id), !lease.isMoved(position) else { continue }
-            return (lease, position)
+        // The lease of the last answer first, then the others oldest first (entries finish
+        // roughly in the order they were read), over the bounds: values, so the scan retains
+        // nothing. At most one lease holds a position not moved for any id (`takeOver`), so
+        // the order is only speed.
+        let count = leaseBounds.count
+        guard count > 0 else { return nil }
+        let hint = lastLeaseHit < count ? lastLeaseHit : 0
+        var index = hint
+        for _ in 0..<count {
+            let bounds = leaseBounds[index]
+            if bounds.first <= id && id <= bounds.last {
+                let lease = leases[index]
+                if let position = lease.position(of: id), !lease.isMoved(position) {
+                    lastLeaseHit = index
+                    return (lease, position)
+                }
+            }
+            index = index + 1 == count ? 0 : index + 1
         }
         return nil
+    }
+
+    /// Adds a lease just read (the newest).
+    func addLease(_ lease: LocalLease) {
+        guard let first = lease.ids.first, let last = lease.ids.last else { return }
+        leases.append(lease)
+        leaseBounds.append((first, last))
     }
 
     /// `lease` was just read: entries of it an older lease of this worker holds too (read again
     /// after a failover lost the older read) now belong to `lease` alone, so their outcomes set
     /// positions in the lease that exists; the older lease marks them moved (a newer read starts
-    /// after the older one's last entry otherwise, and this costs one comparison).
-    func takeOver(for lease: LocalLease) {
-        guard let first = lease.ids.first, leases.count > 1 else { return }
+    /// after the older one's last entry otherwise, and this costs one comparison per lease).
+    /// Returns the older leases left with nothing to settle (removed; their fields are deleted).
+    func takeOver(for lease: LocalLease) -> [LocalLease] {
+        guard let first = lease.ids.first, leases.count > 1 else { return [] }
+        var emptied: [LocalLease] = []
         for older in leases.dropLast() {
             guard let last = older.ids.last, first <= last else { continue }
             for id in lease.ids {
                 if let position = older.position(of: id), !older.isMoved(position) { older.markMoved(position..<position + 1) }
             }
+            if older.unsettled <= 0 { emptied.append(older) }
         }
-        leases.removeAll { $0 !== lease && $0.unsettled <= 0 }
+        for older in emptied { removeLease(older) }
+        return emptied
     }
 
     func removeLease(_ lease: LocalLease) {
-        if let index = leases.firstIndex(where: { $0 === lease }) { leases.remove(at: index) }
+        guard let index = leases.firstIndex(where: { $0 === lease }) else { return }
+        leases.remove(at: index)
+        leaseBounds.remove(at: index)
     }
 
-    /// `count` entries of `lease` confirmed finished: drops the lease when none is left.
-    func settle(_ lease: LocalLease, count: Int) {
+    /// `count` entries of `lease` confirmed finished: drops the lease when none is left and
+    /// returns true (then every position is set in Redis: its field can go).
+    func settle(_ lease: LocalLease, count: Int) -> Bool {
         lease.unsettled -= count
-        if lease.unsettled <= 0 { removeLease(lease) }
+        guard lease.unsettled <= 0 else { return false }
+        removeLease(lease)
+        return true
     }
 }
 
@@ -191,8 +223,8 @@ extension QueueWorker {
             return
         }
         let lease = LocalLease(field: field, ids: entries.map(\.id))
-        channel.leases.append(lease)
-        channel.takeOver(for: lease)
+        channel.addLease(lease)
+        for emptied in channel.takeOver(for: lease) { deleteLease(channel, emptied) }
         let (taken, deferredAfter) = QueueWorker.deferringOverBudget(entries)
         if let deferredAfter {
             // The reply outgrew its byte budget: the entries past it are read again, fewer at a
@@ -203,7 +235,10 @@ extension QueueWorker {
             lease.markMoved(positions)
             moveToPending(channel, PendingMove(ids: Array(lease.ids[positions]), lease: (field, entries.count, mask),
                                                deleteField: nil, cursor: deferredAfter.description))
-            if lease.unsettled <= 0 { channel.removeLease(lease) }
+            if lease.unsettled <= 0 {
+                channel.removeLease(lease)
+                deleteLease(channel, lease)
+            }
         }
         take(taken, queue: channel.index, deliveries: nil)
     }
@@ -331,11 +366,18 @@ extension QueueWorker {
                     builder.add("XACK"); builder.add(channel.keys.jobs); builder.add(channel.keys.group)
                     for id in ids { builder.add(entryMilliseconds: id.milliseconds, sequence: id.sequence) }
                 })
-            } else {
-                channel.settle(lease, count: plan.ids[index].count)
+            } else if channel.settle(lease, count: plan.ids[index].count) {
+                deleteLease(channel, lease)
             }
         }
         return true
+    }
+
+    /// Deletes the field of `lease`, every position of which Redis confirmed (set, or moved to the
+    /// pending list). Not confirmed: a worker that stops first leaves a lease with nothing to
+    /// release, which the next release removes.
+    func deleteLease(_ channel: QueueChannel, _ lease: LocalLease) {
+        channel.writer?.send(["HDEL", channel.keys.leases, lease.field])
     }
 
     /// The leases nobody works on any more become pending entries (`QueueScripts.leaseRelease`):

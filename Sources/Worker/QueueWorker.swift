@@ -629,7 +629,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                     for (index, flag) in flags.enumerated() where flag.integer == 1 {
                         let entry = leased[index]
                         acknowledged.insert(entry.id)
-                        channel.settle(entry.lease, count: 1)
+                        if channel.settle(entry.lease, count: 1) { self.deleteLease(channel, entry.lease) }
                     }
                 case .success: break  // an error reply: written again, as before
                 case .failure: failed = true
@@ -1256,8 +1256,12 @@ final class QueueChannel {
     /// their dead letters twice).
     var pendingReadInFlight = false
     var confirmedDuringPendingRead: Set<StreamEntryID> = []
-    /// This worker's leases on the stream, oldest first (`StreamLease`, `LocalLease`).
+    /// This worker's leases on the stream, oldest first (`StreamLease`, `LocalLease`), with the
+    /// first and last id of each (`addLease`, `removeLease` keep both), and where the last
+    /// lookup found its entry.
     var leases: [LocalLease] = []
+    var leaseBounds: [(first: StreamEntryID, last: StreamEntryID)] = []
+    var lastLeaseHit = 0
     /// Moves to the pending list Redis has not confirmed yet (`QueueWorker.moveToPending`).
     var pendingMoves: [PendingMove] = []
     /// Set after a read found nothing: the next read is a blocking wait for entries after this id.

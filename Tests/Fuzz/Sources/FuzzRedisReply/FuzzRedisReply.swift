@@ -46,6 +46,7 @@ private func readReply(_ tape: RedisReplyTape, limits: RESPReader.Limits) {
     let reply = tape.reply()
     _ = RedisReplyReader.readEntries(tape: tape)
     _ = RedisReplyReader.claimedEntries(tape: tape)
+    _ = RedisReplyReader.leasedRead(tape: tape)
     _ = RedisReplyReader.readEntries(reply)
     _ = RedisReplyReader.entries(reply)
     _ = RedisReplyReader.map(reply)
