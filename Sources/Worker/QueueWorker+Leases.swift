@@ -198,9 +198,7 @@ extension QueueWorker {
             handleRedisError(error, channel: channel)
             channel.logger.error("the lease script failed; the entries read go to the pending list",
                                  metadata: ["entries": "\(entries.count)", "error": "\(error)"])
-            moveToPending(channel, PendingMove(ids: entries.map(\.id), lease: nil, deleteField: field,
-                                               cursor: nil))
-            take(entries, queue: channel.index, deliveries: nil)
+            takeUnleased(channel, entries, field: field)
             pauseReads(channel)
             return
         }
@@ -218,8 +216,7 @@ extension QueueWorker {
             // Redis returned more than the lease counted (it should not): the pending list holds them.
             channel.logger.warning("a read returned more entries than its lease covers; they go to the pending list",
                                    metadata: ["entries": "\(entries.count)", "leased": "\(read.leased)"])
-            moveToPending(channel, PendingMove(ids: entries.map(\.id), lease: nil, deleteField: field, cursor: nil))
-            take(entries, queue: channel.index, deliveries: nil)
+            takeUnleased(channel, entries, field: field)
             return
         }
         let lease = LocalLease(field: field, ids: entries.map(\.id))
@@ -239,6 +236,20 @@ extension QueueWorker {
                 channel.removeLease(lease)
                 deleteLease(channel, lease)
             }
+        }
+        take(taken, queue: channel.index, deliveries: nil)
+    }
+
+    /// Entries a read returned without a lease that covers them: those within the reply's byte
+    /// budget are sent now and put in the pending list (sent once: it only keeps them should the
+    /// worker stop), those past it go to the pending list to be read from there; the lease field
+    /// goes.
+    private func takeUnleased(_ channel: QueueChannel, _ entries: [StreamRecord], field: String) {
+        let (taken, deferredAfter) = QueueWorker.deferringOverBudget(entries)
+        moveToPending(channel, PendingMove(ids: taken.map(\.id), lease: nil, deleteField: field, cursor: nil))
+        if let deferredAfter {
+            moveToPending(channel, PendingMove(ids: entries[taken.count...].map(\.id), lease: nil, deleteField: nil,
+                                               cursor: deferredAfter.description))
         }
         take(taken, queue: channel.index, deliveries: nil)
     }

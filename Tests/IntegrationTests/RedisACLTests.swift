@@ -151,6 +151,33 @@ extension IntegrationTests {
             }
         }
 
+        /// A user that may run the lease script but not a command inside it (XINFO GROUPS): the
+        /// read ran before the script's refusal was known, without its lease. Those entries are
+        /// sent and kept in the pending list meanwhile; nothing is lost or sent twice.
+        @Test
+        func aLeaseScriptRefusedInsideRedisLosesNothing() async throws {
+            try await withWorkerBed { bed in
+                try await Self.create("herald-worker", on: bed.client, extra: ["-xinfo|groups"])
+                let count = 300
+                try await bed.enqueue(count)
+                let worker = try Self.startWorker(bed, user: "herald-worker")
+                try await waitFor("the worker sends what it read without a lease", timeout: .seconds(60)) {
+                    try await bed.emulator.statistics().acceptedUnique > 0
+                }
+                #expect(worker.logTail(100_000).contains("the lease script failed"), "\(worker.logTail())")
+                #expect(worker.isRunning)
+                #expect(try await bed.client.send(["ACL", "SETUSER", "herald-worker", "+xinfo|groups"]) == .status("OK"))
+                let ledger: QueueLedger
+                do {
+                    ledger = try await waitForSettledLedger(enqueued: count, redis: bed.client, emulator: bed.emulator, timeout: .seconds(120))
+                } catch {
+                    throw WaitTimeout(description: "\(error)\nworker log:\n\(worker.logTail())")
+                }
+                #expect(ledger.settled && ledger.acceptedUnique == count && ledger.duplicates == 0, "\(ledger)")
+                #expect(try await bed.client.send(["HLEN", bed.keys.leases]) == .integer(0))
+            }
+        }
+
         @Test
         func aMissingPermissionIsNamedAndTheWorkerBacksOffThenRecovers() async throws {
             try await withWorkerBed { bed in
