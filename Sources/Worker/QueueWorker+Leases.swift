@@ -78,6 +78,23 @@ extension QueueChannel {
         // the order is only speed.
         let count = leaseBounds.count
         guard count > 0 else { return nil }
+        if leasesInOrder {
+            // The usual case: each read starts after the one before, so the bounds are sorted.
+            var low = 0, high = count - 1
+            while low <= high {
+                let middle = (low + high) / 2
+                if id < leaseBounds[middle].first {
+                    high = middle - 1
+                } else if id > leaseBounds[middle].last {
+                    low = middle + 1
+                } else {
+                    let lease = leases[middle]
+                    guard let position = lease.position(of: id), !lease.isMoved(position) else { return nil }
+                    return (lease, position)
+                }
+            }
+            return nil
+        }
         let hint = lastLeaseHit < count ? lastLeaseHit : 0
         var index = hint
         for _ in 0..<count {
@@ -97,6 +114,7 @@ extension QueueChannel {
     /// Adds a lease just read (the newest).
     func addLease(_ lease: LocalLease) {
         guard let first = lease.ids.first, let last = lease.ids.last else { return }
+        if let previous = leaseBounds.last, first <= previous.last { leasesInOrder = false }
         leases.append(lease)
         leaseBounds.append((first, last))
     }
@@ -124,6 +142,7 @@ extension QueueChannel {
         guard let index = leases.firstIndex(where: { $0 === lease }) else { return }
         leases.remove(at: index)
         leaseBounds.remove(at: index)
+        if leases.isEmpty { leasesInOrder = true }
     }
 
     /// `count` entries of `lease` confirmed finished: drops the lease when none is left and

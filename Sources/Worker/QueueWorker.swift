@@ -1262,6 +1262,8 @@ final class QueueChannel {
     var leases: [LocalLease] = []
     var leaseBounds: [(first: StreamEntryID, last: StreamEntryID)] = []
     var lastLeaseHit = 0
+    /// No lease starts at or before the end of an older one (the usual case: lookups bisect).
+    var leasesInOrder = true
     /// Moves to the pending list Redis has not confirmed yet (`QueueWorker.moveToPending`).
     var pendingMoves: [PendingMove] = []
     /// Set after a read found nothing: the next read is a blocking wait for entries after this id.
