@@ -358,22 +358,32 @@ extension QueueWorker {
         guard !channel.leases.isEmpty else { return nil }
         var plan = LeaseAcknowledgementPlan()
         var masks: [[UInt8]] = []
+        var current = -1  // the plan's lease of the entry before (entries of one lease come in runs)
         for entry in batch.entries {
-            guard let (lease, position) = channel.lease(containing: entry.entryID) else {
-                plan.acknowledgement.pending.append(entry.entryID)
-                continue
-            }
+            let id = entry.entryID
             let index: Int
-            if let found = plan.leases.lastIndex(where: { $0 === lease }) {
-                index = found
+            let position: Int
+            if current >= 0, let found = plan.leases[current].position(of: id), !plan.leases[current].isMoved(found) {
+                index = current
+                position = found
             } else {
-                index = plan.leases.count
-                plan.leases.append(lease)
-                plan.ids.append([])
-                masks.append([])
+                guard let (lease, found) = channel.lease(containing: id) else {
+                    plan.acknowledgement.pending.append(id)
+                    continue
+                }
+                position = found
+                if let known = plan.leases.lastIndex(where: { $0 === lease }) {
+                    index = known
+                } else {
+                    index = plan.leases.count
+                    plan.leases.append(lease)
+                    plan.ids.append([])
+                    masks.append(Array(repeating: UInt8(ascii: "0"), count: StreamLease.maskDigits(count: lease.ids.count)))
+                }
+                current = index
             }
             StreamLease.set(position, in: &masks[index])
-            plan.ids[index].append(entry.entryID)
+            plan.ids[index].append(id)
         }
         guard !plan.leases.isEmpty else { return nil }
         for (index, lease) in plan.leases.enumerated() {
