@@ -151,6 +151,18 @@ extension IntegrationTests {
             }
         }
 
+        /// Waits up to 2 minutes until every one of `count` jobs is accepted exactly once and the
+        /// queue is empty; a timeout names the worker's log.
+        static func expectEveryJobOnce(_ bed: WorkerBed, count: Int, worker: WorkerProcess) async throws {
+            let ledger: QueueLedger
+            do {
+                ledger = try await waitForSettledLedger(enqueued: count, redis: bed.client, emulator: bed.emulator, timeout: .seconds(120))
+            } catch {
+                throw WaitTimeout(description: "\(error)\nworker log:\n\(worker.logTail())")
+            }
+            #expect(ledger.settled && ledger.acceptedUnique == count && ledger.duplicates == 0, "\(ledger)")
+        }
+
         /// A user that may run the lease script but not a command inside it (XINFO GROUPS): the
         /// read ran before the script's refusal was known, without its lease. Those entries are
         /// sent and kept in the pending list meanwhile; nothing is lost or sent twice.
@@ -167,13 +179,7 @@ extension IntegrationTests {
                 #expect(worker.logTail(100_000).contains("the lease script failed"), "\(worker.logTail())")
                 #expect(worker.isRunning)
                 #expect(try await bed.client.send(["ACL", "SETUSER", "herald-worker", "+xinfo|groups"]) == .status("OK"))
-                let ledger: QueueLedger
-                do {
-                    ledger = try await waitForSettledLedger(enqueued: count, redis: bed.client, emulator: bed.emulator, timeout: .seconds(120))
-                } catch {
-                    throw WaitTimeout(description: "\(error)\nworker log:\n\(worker.logTail())")
-                }
-                #expect(ledger.settled && ledger.acceptedUnique == count && ledger.duplicates == 0, "\(ledger)")
+                try await Self.expectEveryJobOnce(bed, count: count, worker: worker)
                 #expect(try await bed.client.send(["HLEN", bed.keys.leases]) == .integer(0))
             }
         }
@@ -229,13 +235,7 @@ extension IntegrationTests {
 
                 let granted = try await bed.client.send(["ACL", "SETUSER", "herald-worker", "+xreadgroup"])
                 #expect(granted == .status("OK"))
-                let ledger: QueueLedger
-                do {
-                    ledger = try await waitForSettledLedger(enqueued: count, redis: bed.client, emulator: bed.emulator, timeout: .seconds(120))
-                } catch {
-                    throw WaitTimeout(description: "\(error)\nworker log:\n\(worker.logTail())")
-                }
-                #expect(ledger.settled && ledger.acceptedUnique == count && ledger.duplicates == 0, "\(ledger)")
+                try await Self.expectEveryJobOnce(bed, count: count, worker: worker)
                 try await waitFor("/readyz is 200 again", timeout: .seconds(10)) { try http.status("/readyz") == 200 }
                 worker.signal(SIGTERM)
                 let exit = try await worker.waitForExit(timeout: .seconds(20))

@@ -26,6 +26,12 @@ extension IntegrationTests {
             return (parts[0], parts[1])
         }
 
+        /// `count` jobs and the worker's group, before any worker starts.
+        static func enqueueWithGroup(_ bed: WorkerBed, _ count: Int) async throws {
+            try await bed.enqueue(count)
+            _ = try await bed.client.send(["XGROUP", "CREATE", bed.keys.jobs, bed.keys.group, "0"])
+        }
+
         static func lease(_ bed: WorkerBed, _ field: String) async throws -> StreamLease.Value? {
             try await bed.client.send(["HGET", bed.keys.leases, field]).string.flatMap(StreamLease.Value.init)
         }
@@ -116,8 +122,7 @@ extension IntegrationTests {
             try await withWorkerBed { bed in
                 let keys = bed.keys
                 let count = 600
-                try await bed.enqueue(count)
-                _ = try await bed.client.send(["XGROUP", "CREATE", keys.jobs, keys.group, "0"])
+                try await Self.enqueueWithGroup(bed, count)
                 // A worker that read 250 under two leases, finished 20 of the first, then stopped.
                 let now = Int64(Date().timeIntervalSince1970 * 1000)
                 _ = try await Self.leasedRead(bed, field: "dead-1", count: 100, consumer: "stopped-0", at: now)
@@ -140,8 +145,7 @@ extension IntegrationTests {
             try await withWorkerBed { bed in
                 let keys = bed.keys
                 let count = 300
-                try await bed.enqueue(count)
-                _ = try await bed.client.send(["XGROUP", "CREATE", keys.jobs, keys.group, "0"])
+                try await Self.enqueueWithGroup(bed, count)
                 let consumer = WorkerHarness.uniqueConsumer("restarted")
                 _ = try await Self.leasedRead(bed, field: "earlier-1", count: 120, consumer: consumer,
                                               at: Int64(Date().timeIntervalSince1970 * 1000))
@@ -158,8 +162,7 @@ extension IntegrationTests {
             try await withWorkerBed { bed in
                 let keys = bed.keys
                 let count = 500
-                try await bed.enqueue(count)
-                _ = try await bed.client.send(["XGROUP", "CREATE", keys.jobs, keys.group, "0"])
+                try await Self.enqueueWithGroup(bed, count)
                 // Values in no format Herald writes: binary, empty, huge, numbers out of range.
                 let junk: [(String, [UInt8])] = [
                     ("x-1", [0, 255, 10, 13, 32]), ("x-2", []), ("x-3", Array(repeating: UInt8(ascii: "9"), count: 100_000)),
