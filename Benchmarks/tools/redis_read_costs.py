@@ -80,7 +80,7 @@ def reads(case, key, n, batch, sha, scripts):
         elif case == "lease":
             field = f"i-{start}"
             commands += [resp("MULTI"), resp("HSET", key + ":leases", field, "-"),
-                         resp("EVAL", scripts["leaseRead"], 2, key, key + ":leases", "g", field, batch, 1700000000000, "c"),
+                         resp("EVAL", scripts["leaseRead"], 2, key, key + ":leases", "g", field, batch, "c"),
                          resp("XREADGROUP", "GROUP", "g", "c", "COUNT", batch, "NOACK", "STREAMS", key, ">"), resp("EXEC")]
             half = len(ids) // 2
             for part in (range(0, half), range(half, len(ids))):

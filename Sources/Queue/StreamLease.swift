@@ -17,7 +17,8 @@ import Transport
 /// them back at any later time, in the order of the read: entry k of the read is position k.
 ///
 /// The value of field `<instance>-<n>` in `<jobs>:leases`:
-/// `<after> <top> <count> <deliveries> <leased-at ms> <mask> <consumer>`, where `mask` is
+/// `<after> <top> <count> <deliveries> <leased-at ms> <mask> <consumer>` (times are Redis's clock,
+/// `TIME`, like the pending list's idle times: a worker's wrong clock cannot age a lease), where `mask` is
 /// hexadecimal, position p being bit `p % 4` of digit `p / 4` (`-` when no bit is set yet), and a
 /// set bit means that entry's outcome is written (or the entry was moved to the pending list).
 ///
@@ -106,7 +107,7 @@ extension QueueKeys {
 }
 
 extension QueueScripts {
-    /// `EVAL leaseRead 2 <jobs> <leases> <group> <field> <count> <now ms> <consumer>`, queued right
+    /// `EVAL leaseRead 2 <jobs> <leases> <group> <field> <count> <consumer>`, queued right
     /// before `XREADGROUP GROUP <group> <consumer> COUNT <count> NOACK STREAMS <jobs> >` in one
     /// MULTI (after a placeholder `HSET` of the field, which it removes first, so that no
     /// placeholder outlives it, whatever it answers). Writes the lease of the entries that read
@@ -141,7 +142,9 @@ extension QueueScripts {
           if top == after or #redis.call('XRANGE', KEYS[1], '(' .. after, '+', 'COUNT', 1) == 0 then count = 0 end
         end
         if count <= 0 then return {after, 0} end
-        redis.call('HSET', KEYS[2], ARGV[2], after .. ' ' .. top .. ' ' .. count .. ' 1 ' .. ARGV[4] .. ' - ' .. ARGV[5])
+        local time = redis.call('TIME')
+        local now = string.format('%.0f', tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000))
+        redis.call('HSET', KEYS[2], ARGV[2], after .. ' ' .. top .. ' ' .. count .. ' 1 ' .. now .. ' - ' .. ARGV[4])
         return {after, count}
         """
 
@@ -179,7 +182,7 @@ extension QueueScripts {
         return result
         """
 
-    /// `EVAL leaseRelease 2 <jobs> <leases> <group> <now ms> <idle ms> <own instance> <own consumer> <most> <oldest live>`:
+    /// `EVAL leaseRelease 2 <jobs> <leases> <group> <idle ms> <own instance> <own consumer> <most> <oldest live>`:
     /// turns leases nobody works on any more into pending entries: every lease whose lease time is
     /// at least `<idle ms>` old, or whose consumer is `<own consumer>` (an earlier process of this
     /// consumer), at most `<most>` leases, but never one of `<own instance>` numbered
@@ -191,8 +194,10 @@ extension QueueScripts {
     /// Herald's format, or whose range Redis refuses, is left alone. Returns `{leases released, entries}`.
     public static let leaseRelease = """
         local all = redis.call('HGETALL', KEYS[2])
-        local now, idle, most = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[6])
-        local prefix = ARGV[4] .. '-'
+        local time = redis.call('TIME')
+        local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+        local idle, most = tonumber(ARGV[2]), tonumber(ARGV[5])
+        local prefix = ARGV[3] .. '-'
         local released, moved = 0, 0
         for i = 1, #all, 2 do
           if released >= most then break end
@@ -201,12 +206,12 @@ extension QueueScripts {
             string.match(all[i + 1], '^(%S+) (%S+) (%d+) (%d+) (%d+) (%S+) (.*)$')
           local own = string.sub(field, 1, #prefix) == prefix
           if own then
-            local number, live = tonumber(string.sub(field, #prefix + 1)), tonumber(ARGV[7] or '')
+            local number, live = tonumber(string.sub(field, #prefix + 1)), tonumber(ARGV[6] or '')
             if not number or not live or number >= live then after = nil end
           end
           if after then
             local age = now - tonumber(at)
-            if age >= idle or (consumer == ARGV[5] and not own) then
+            if age >= idle or (consumer == ARGV[4] and not own) then
               if mask == '-' then mask = '' end
               -- A value only shaped like a lease (an operator's) may hold ids or counts Redis refuses:
               -- pcall, and such a lease is left alone.

@@ -183,7 +183,7 @@ extension QueueWorker {
         // overwrites this placeholder.
         reader.send(["HSET", keys.leases, field, "-"], queued)
         reader.send(["EVAL", QueueScripts.leaseRead, "2", keys.jobs, keys.leases, keys.group, field, String(count),
-                     String(wallClockNow()), configuration.consumer], queued)
+                     configuration.consumer], queued)
         reader.send(["XREADGROUP", "GROUP", keys.group, configuration.consumer, "COUNT", String(count), "NOACK",
                      "STREAMS", keys.jobs, ">"], queued)
         reader.sendRaw(["EXEC"]) { [weak self, weak channel] result in
@@ -430,7 +430,7 @@ extension QueueWorker {
         // This worker's own leases older than its oldest live one are ones whose last
         // acknowledgement Redis lost (a failover): they are released like a stopped worker's.
         let oldestLive = channel.leases.first.flatMap { UInt64($0.field.split(separator: "-").last ?? "") } ?? (leaseSequence &+ 1)
-        writer.send(["EVAL", QueueScripts.leaseRelease, "2", keys.jobs, keys.leases, keys.group, String(wallClockNow()),
+        writer.send(["EVAL", QueueScripts.leaseRelease, "2", keys.jobs, keys.leases, keys.group,
                      String(idle), leaseInstance, configuration.consumer, "64", String(oldestLive)]) { [weak self, weak channel] result in
             guard let self, let channel else { return }
             switch result {

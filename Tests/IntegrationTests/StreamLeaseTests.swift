@@ -12,11 +12,11 @@ extension IntegrationTests {
     @Suite(.serialized)
     struct StreamLeaseTests {
         /// One leased read by hand, as the worker sends it: the EXEC reply's parts.
-        static func leasedRead(_ bed: WorkerBed, field: String, count: Int, consumer: String, at now: Int64) async throws -> (RedisReply, RedisReply) {
+        static func leasedRead(_ bed: WorkerBed, field: String, count: Int, consumer: String) async throws -> (RedisReply, RedisReply) {
             let keys = bed.keys
             _ = try await bed.client.send(["MULTI"])
             _ = try await bed.client.send(["EVAL", QueueScripts.leaseRead, "2", keys.jobs, keys.leases, keys.group, field, String(count),
-                                           String(now), consumer])
+                                           consumer])
             _ = try await bed.client.send(["XREADGROUP", "GROUP", keys.group, consumer, "COUNT", String(count), "NOACK",
                                            "STREAMS", keys.jobs, ">"])
             let reply = try await bed.client.send(["EXEC"])
@@ -30,6 +30,15 @@ extension IntegrationTests {
         static func enqueueWithGroup(_ bed: WorkerBed, _ count: Int) async throws {
             try await bed.enqueue(count)
             _ = try await bed.client.send(["XGROUP", "CREATE", bed.keys.jobs, bed.keys.group, "0"])
+        }
+
+        /// Redis's clock (`TIME`), ms.
+        static func redisMilliseconds(_ bed: WorkerBed) async throws -> Int64 {
+            guard case .array(let parts) = try await bed.client.send(["TIME"]), parts.count == 2,
+                  let seconds = parts[0].string.flatMap({ Int64($0) }), let micros = parts[1].string.flatMap({ Int64($0) }) else {
+                throw WaitTimeout(description: "TIME answered something else")
+            }
+            return seconds * 1000 + micros / 1000
         }
 
         static func lease(_ bed: WorkerBed, _ field: String) async throws -> StreamLease.Value? {
@@ -49,16 +58,17 @@ extension IntegrationTests {
                 _ = try await bed.client.send(["XGROUP", "CREATE", keys.jobs, keys.group, "0"])
 
                 // 4 of 10, then the 6 left (asked for 100), then nothing: no lease for an empty read.
-                let (first, firstRead) = try await Self.leasedRead(bed, field: "a-1", count: 4, consumer: "c", at: 1_000)
+                let (first, firstRead) = try await Self.leasedRead(bed, field: "a-1", count: 4, consumer: "c")
                 #expect(Self.ids(firstRead) == Array(ids[0..<4]))
                 #expect(first == .array([.bulk(Array("0-0".utf8)), .integer(4)]))
                 let lease = try #require(try await Self.lease(bed, "a-1"))
-                #expect(lease.after == "0-0" && lease.count == 4 && lease.deliveries == 1 && lease.leasedAt == 1_000
+                let redisNow = try await Self.redisMilliseconds(bed)
+                #expect(lease.after == "0-0" && lease.count == 4 && lease.deliveries == 1 && abs(lease.leasedAt - redisNow) < 5_000
                         && lease.mask == "-" && lease.consumer == "c" && lease.unfinished == 4, "\(lease)")
-                let (_, secondRead) = try await Self.leasedRead(bed, field: "a-2", count: 100, consumer: "c", at: 1_000)
+                let (_, secondRead) = try await Self.leasedRead(bed, field: "a-2", count: 100, consumer: "c")
                 #expect(Self.ids(secondRead) == Array(ids[4...]))
                 #expect(try await Self.lease(bed, "a-2")?.count == 6, "the lease counts what the read returns (the group's lag)")
-                let (empty, emptyRead) = try await Self.leasedRead(bed, field: "a-3", count: 100, consumer: "c", at: 1_000)
+                let (empty, emptyRead) = try await Self.leasedRead(bed, field: "a-3", count: 100, consumer: "c")
                 #expect(empty == .array([.bulk(Array(ids[9].utf8)), .integer(0)]) && emptyRead == .null)
                 #expect(try await bed.client.send(["HEXISTS", keys.leases, "a-3"]) == .integer(0))
                 #expect(try await bed.client.pendingListCount(keys.jobs, group: keys.group) == 0, "NOACK: nothing in the pending list")
@@ -87,17 +97,17 @@ extension IntegrationTests {
                 #expect(try await bed.client.send(StreamTrim.command(stream: keys.jobs)) == .integer(3))
                 #expect(try await bed.client.entries(keys.jobs).map(\.id) == Array(ids[3...]), "entry 3 (a-2's after) stays until a-2 ends")
 
-                // Released by another instance after 1 s idle: positions 0 and 5 of a-2 were finished
-                // (mask "12": digit 1 holds positions 0–3, bit 1 is position 0; digit 2, positions 4–7).
+                // Released by another instance once idle (ages by Redis's clock): positions 0 and 5 of
+                // a-2 were finished (mask "12": digit 1 holds positions 0–3, bit 1 is position 0;
+                // digit 2, positions 4–7).
                 #expect(try await bed.client.send(finish + ["a-2", "6", "12"]) == .array([.integer(0)]))
-                let notYet = try await bed.client.send(["EVAL", QueueScripts.leaseRelease, "2", keys.jobs, keys.leases, keys.group,
-                                                        "1500", "1000", "b", "other", "64"])
-                #expect(notYet == .array([.integer(0), .integer(0)]), "leased 500 ms ago: not idle yet")
-                let ownInstance = try await bed.client.send(["EVAL", QueueScripts.leaseRelease, "2", keys.jobs, keys.leases, keys.group,
-                                                             "9000", "1000", "a", "c", "64"])
-                #expect(ownInstance == .array([.integer(0), .integer(0)]), "a worker never releases its own leases")
-                let released = try await bed.client.send(["EVAL", QueueScripts.leaseRelease, "2", keys.jobs, keys.leases, keys.group,
-                                                          "9000", "1000", "b", "other", "64"])
+                let release = ["EVAL", QueueScripts.leaseRelease, "2", keys.jobs, keys.leases, keys.group]
+                let notYet = try await bed.client.send(release + ["60000", "b", "other", "64"])
+                #expect(notYet == .array([.integer(0), .integer(0)]), "leased just now: not idle for a minute")
+                try await Task.sleep(for: .milliseconds(300))
+                let ownInstance = try await bed.client.send(release + ["200", "a", "c", "64"])
+                #expect(ownInstance == .array([.integer(0), .integer(0)]), "a worker never releases its live leases")
+                let released = try await bed.client.send(release + ["200", "b", "other", "64"])
                 #expect(released == .array([.integer(1), .integer(4)]))
                 #expect(try await bed.client.send(["HLEN", keys.leases]) == .integer(0))
                 // The 4 unfinished entries are pending for the lease's consumer, idle since the lease, delivered once.
@@ -110,7 +120,7 @@ extension IntegrationTests {
                     return (id, owner, idle, count)
                 }
                 #expect(pending.map(\.0) == Array(ids[5...8]))
-                #expect(pending.allSatisfy { $0.1 == "c" && $0.2 >= 8_000 && $0.3 == 1 }, "\(pending)")
+                #expect(pending.allSatisfy { $0.1 == "c" && $0.2 >= 200 && $0.3 == 1 }, "idle since the lease: \(pending)")
                 // The lease is gone: a late outcome of its worker is told so (-1) and never recreates it.
                 #expect(try await bed.client.send(finish + ["a-2", "6", "1"]) == .array([.integer(-1)]))
                 #expect(try await bed.client.send(["HLEN", keys.leases]) == .integer(0))
@@ -124,9 +134,8 @@ extension IntegrationTests {
                 let count = 600
                 try await Self.enqueueWithGroup(bed, count)
                 // A worker that read 250 under two leases, finished 20 of the first, then stopped.
-                let now = Int64(Date().timeIntervalSince1970 * 1000)
-                _ = try await Self.leasedRead(bed, field: "dead-1", count: 100, consumer: "stopped-0", at: now)
-                _ = try await Self.leasedRead(bed, field: "dead-2", count: 150, consumer: "stopped-0", at: now)
+                _ = try await Self.leasedRead(bed, field: "dead-1", count: 100, consumer: "stopped-0")
+                _ = try await Self.leasedRead(bed, field: "dead-2", count: 150, consumer: "stopped-0")
                 _ = try await bed.client.send(["EVAL", QueueScripts.leaseFinish, "1", keys.leases, "dead-1", "100", "fffff"])
                 #expect(try await bed.client.leasedCount(keys.jobs) == 230)
 
@@ -147,8 +156,7 @@ extension IntegrationTests {
                 let count = 300
                 try await Self.enqueueWithGroup(bed, count)
                 let consumer = WorkerHarness.uniqueConsumer("restarted")
-                _ = try await Self.leasedRead(bed, field: "earlier-1", count: 120, consumer: consumer,
-                                              at: Int64(Date().timeIntervalSince1970 * 1000))
+                _ = try await Self.leasedRead(bed, field: "earlier-1", count: 120, consumer: consumer)
                 // The default --claim-idle (60 s) is far beyond the wait: only the restart rule applies.
                 try await bed.startWorker(connections: 2, maxStreams: 50) { $0.consumer = consumer }
                 let ledger = try await bed.waitUntilSettled(enqueued: count, timeout: .seconds(30))
