@@ -15,7 +15,7 @@ The figure is redis-server's utime + stime (from /proc/PID/stat) over the reads,
                     read: a worker that stops in between loses the batch)
   lease             Herald's worker since leases: MULTI { HSET placeholder, EVAL leaseRead,
                     XREADGROUP … NOACK } EXEC, then the read's positions set in two outcome
-                    batches (EVAL leaseFinish, each in a MULTI) and the lease deleted (HDEL); the
+                    batches (EVAL leaseFinish, each in a MULTI) and the lease deleted (leaseDelete); the
                     scripts are read from Sources/Queue/StreamLease.swift
 
 Cases alternate round by round (--rounds). CPU time is counted in clock ticks (10 ms), so keep N
@@ -46,7 +46,7 @@ def lease_scripts():
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../Sources/Queue/StreamLease.swift")
     found = dict(re.findall(r'public static let (\w+) = """\n(.*?)\n\s*"""', open(path).read(), re.S))
     return {name: "\n".join(line[8:] if line.startswith(" " * 8) else line for line in found[name].split("\n"))
-            for name in ("leaseRead", "leaseFinish")}
+            for name in ("leaseRead", "leaseFinish", "leaseDelete")}
 
 
 def mask(positions):
@@ -85,9 +85,9 @@ def reads(case, key, n, batch, sha, scripts):
             half = len(ids) // 2
             for part in (range(0, half), range(half, len(ids))):
                 if len(part):
-                    commands += [resp("MULTI"), resp("EVAL", scripts["leaseFinish"], 1, key + ":leases", field, len(ids), mask(part)),
+                    commands += [resp("MULTI"), resp("EVAL", scripts["leaseFinish"], 1, key + ":leases", field, len(ids), ids[-1], mask(part)),
                                  resp("EXEC")]
-            commands.append(resp("HDEL", key + ":leases", field))
+            commands.append(resp("EVAL", scripts["leaseDelete"], 1, key + ":leases", field))
         elif case == "noack-then-record":
             commands.append(resp("XREADGROUP", "GROUP", "g", "c", "COUNT", batch, "NOACK", "STREAMS", key, ">"))
             commands += [resp("MULTI"), resp("HSET", "leases", lease, f"{ids[-1]} 1700000000000"),

@@ -58,9 +58,9 @@ public struct OutcomeBatch: Sendable {
     public struct Acknowledgement: Sendable {
         /// Entries acknowledged with `XACK`.
         public var pending: [StreamEntryID] = []
-        /// Per lease: its field, how many entries its read returned, and the positions finished
-        /// in this batch (a hex mask, see `StreamLease`).
-        public var leases: [(field: String, read: Int, mask: [UInt8])] = []
+        /// Per lease: its field, how many entries its read returned and the last of them, and the
+        /// positions finished in this batch (a hex mask, see `StreamLease`).
+        public var leases: [(field: String, read: Int, last: StreamEntryID, mask: [UInt8])] = []
 
         public init() {}
     }
@@ -94,10 +94,11 @@ public struct OutcomeBatch: Sendable {
             sendAcknowledgement(on: connection, keys: keys, ids: acknowledgement?.pending, nil)
         }
         if !leases.isEmpty {
-            connection.send(argumentCount: 4 + 3 * leases.count, { builder in
+            connection.send(argumentCount: 4 + 4 * leases.count, { builder in
                 builder.add("EVAL"); builder.add(QueueScripts.leaseFinish); builder.add(integer: 1); builder.add(keys.leases)
                 for lease in leases {
-                    builder.add(lease.field); builder.add(integer: Int64(lease.read)); builder.add(lease.mask)
+                    builder.add(lease.field); builder.add(integer: Int64(lease.read))
+                    builder.add(entryMilliseconds: lease.last.milliseconds, sequence: lease.last.sequence); builder.add(lease.mask)
                 }
             })
         }

@@ -24,7 +24,8 @@ import Transport
 ///
 /// Finishing. An outcome batch sets its entries' bits with `leaseFinish`, in the same `MULTI` as
 /// its writes, so no entry is finished without its writes; the script never recreates a lease
-/// that is gone. The worker deletes the lease (`HDEL`) once Redis confirmed every position.
+/// that is gone. Once Redis confirmed every position the worker asks `leaseDelete` to remove the
+/// lease, which it does only if every bit is set there too (a failover may have lost some).
 ///
 /// Crashes. A lease whose worker died stays in the hash. Every worker runs `leaseRelease` with
 /// its claims: a lease of another instance leased longer ago than `--claim-idle` (or of the same
@@ -148,22 +149,23 @@ extension QueueScripts {
         return {after, count}
         """
 
-    /// `EVAL leaseFinish 1 <leases> (<field> <entries read> <mask>)…`: sets the bits of `mask`
-    /// (hex) in each lease and lowers its count to the entries its read returned. Returns one
-    /// integer per lease: 0 done, -1 gone already (released to the pending list by another worker:
-    /// acknowledge its entries there). A lease that is gone is never written again. The worker
-    /// deletes a lease (`HDEL`) once Redis confirmed every position of it. The masks are merged 32
-    /// bits at a time: per-digit Lua cost redis-server 60 µs per call on a lease of 256.
+    /// `EVAL leaseFinish 1 <leases> (<field> <entries read> <last id read> <mask>)…`: sets the bits
+    /// of `mask` (hex) in each lease, and makes its range exact: its count becomes the entries its
+    /// read returned and its `top` the last id read (so a release later sees a gap, an entry
+    /// deleted inside the range, instead of pairing bits with the wrong entries). Returns one
+    /// integer per lease: 0 done, -1 gone already (released to the pending list by another
+    /// worker). A lease that is gone is never written again. The masks are merged 32 bits at a
+    /// time: per-digit Lua cost redis-server 60 µs per call on a lease of 256.
     public static let leaseFinish = """
         local result = {}
-        for i = 1, #ARGV, 3 do
-          local field, read, mask = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
+        for i = 1, #ARGV, 4 do
+          local field, read, last, mask = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
           local value = redis.call('HGET', KEYS[1], field)
-          local head, count, middle, old, tail
+          local after, count, middle, old, tail
           if value then
-            head, count, middle, old, tail = string.match(value, '^(%S+ %S+ )(%d+)( %d+ %d+ )(%S+)( .*)$')
+            after, count, middle, old, tail = string.match(value, '^(%S+ )%S+ (%d+)( %d+ %d+ )(%S+)( .*)$')
           end
-          if not head or not read then
+          if not after or not read then
             result[#result + 1] = -1
           else
             if old == '-' then old = '' end
@@ -175,11 +177,33 @@ extension QueueScripts {
               b = tonumber(b .. string.rep('0', 8 - #b), 16) or 0
               parts[#parts + 1] = bit.tohex(bit.bor(a, b), 8)
             end
-            redis.call('HSET', KEYS[1], field, head .. count .. middle .. table.concat(parts) .. tail)
+            redis.call('HSET', KEYS[1], field, after .. last .. ' ' .. count .. middle .. table.concat(parts) .. tail)
             result[#result + 1] = 0
           end
         end
         return result
+        """
+
+    /// `EVAL leaseDelete 1 <leases> <field>…`: deletes each lease whose every position is set;
+    /// one with a position not set stays (after a failover the new master may lack bits the old
+    /// one confirmed: that lease's unfinished entries are released to the pending list later,
+    /// never dropped). Returns how many were deleted.
+    public static let leaseDelete = """
+        local bits = {[0] = 0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4}
+        local deleted = 0
+        for i = 1, #ARGV do
+          local value = redis.call('HGET', KEYS[1], ARGV[i])
+          local count, mask
+          if value then count, mask = string.match(value, '^%S+ %S+ (%d+) %d+ %d+ (%S+) ') end
+          if count then
+            local set = 0
+            for j = 1, #mask do set = set + (bits[tonumber(string.sub(mask, j, j), 16) or 0] or 0) end
+            if set >= tonumber(count) then
+              deleted = deleted + redis.call('HDEL', KEYS[1], ARGV[i])
+            end
+          end
+        end
+        return deleted
         """
 
     /// `EVAL leaseRelease 2 <jobs> <leases> <group> <idle ms> <own instance> <own consumer> <most> <oldest live>`:
@@ -218,9 +242,12 @@ extension QueueScripts {
               local rows = redis.pcall('XRANGE', KEYS[1], '(' .. after, top, 'COUNT', count)
               if type(rows) ~= 'table' or rows.err then rows = nil end
               local ids = {}
+              -- Fewer entries than the lease counts: one was deleted inside its range, so bits and
+              -- entries no longer pair up: every entry is released (sent twice rather than lost).
+              local gap = rows and #rows < tonumber(count)
               for p = 0, (rows and #rows or 0) - 1 do
                 local digit = tonumber(string.sub(mask, math.floor(p / 4) + 1, math.floor(p / 4) + 1), 16) or 0
-                if bit.band(digit, bit.lshift(1, p % 4)) == 0 then ids[#ids + 1] = rows[p + 1][1] end
+                if gap or bit.band(digit, bit.lshift(1, p % 4)) == 0 then ids[#ids + 1] = rows[p + 1][1] end
               end
               if age < 0 then age = 0 end
               for first = 1, #ids, 100 do

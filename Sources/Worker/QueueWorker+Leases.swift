@@ -49,7 +49,7 @@ final class LocalLease {
 struct PendingMove {
     let ids: [StreamEntryID]
     /// The lease they leave (its positions are set), or nil.
-    let lease: (field: String, read: Int, mask: [UInt8])?
+    let lease: (field: String, read: Int, last: StreamEntryID, mask: [UInt8])?
     /// A lease field to delete with the move (a read whose lease did not cover it), or nil.
     let deleteField: String?
     /// Where the pending-list read starts once they are there; nil when the worker holds them
@@ -163,8 +163,8 @@ extension QueueWorker {
     }
 
     /// One leased read of up to `count` new entries on `channel`'s reader: MULTI, the lease script,
-    /// XREADGROUP … NOACK, EXEC (see `StreamLease`). Nothing to read: the next read is a blocking
-    /// wait for new entries (`waitForEntries`).
+    /// XREADGROUP … NOACK, EXEC (see `StreamLease`). Nothing to read: the next read is the
+    /// group's blocking read (`QueueWorker.read`).
     func leasedRead(_ channel: QueueChannel, count: Int) {
         guard let reader = channel.reader else { return }
         channel.readInFlight = true
@@ -225,7 +225,7 @@ extension QueueWorker {
         channel.redirectsInARow = 0
         channel.active = !entries.isEmpty
         guard !entries.isEmpty else {
-            channel.waitAfter = read.after
+            channel.waitsForJobs = true
             // Without the lag the script counted on entries the read did not find (the last ones
             // were deleted): the lease covers nothing.
             if read.leased > 0 { channel.writer?.send(["HDEL", channel.keys.leases, field]) }
@@ -249,7 +249,7 @@ extension QueueWorker {
             var mask: [UInt8] = []
             for position in positions { StreamLease.set(position, in: &mask) }
             lease.markMoved(positions)
-            moveToPending(channel, PendingMove(ids: Array(lease.ids[positions]), lease: (field, entries.count, mask),
+            moveToPending(channel, PendingMove(ids: Array(lease.ids[positions]), lease: (field, entries.count, lease.ids[lease.ids.count - 1], mask),
                                                deleteField: nil, cursor: deferredAfter.description))
             if lease.unsettled <= 0 {
                 channel.removeLease(lease)
@@ -271,29 +271,6 @@ extension QueueWorker {
                                                cursor: deferredAfter.description))
         }
         take(taken, queue: channel.index, deliveries: nil)
-    }
-
-    /// Waits (XREAD BLOCK) for an entry after `after` in `channel`'s stream, then reads again.
-    func waitForEntries(_ channel: QueueChannel, after: String) {
-        guard let reader = channel.reader else { return }
-        channel.readInFlight = true
-        reader.send(["XREAD", "BLOCK", String(configuration.blockMilliseconds), "COUNT", "1", "STREAMS", channel.keys.jobs, after]) {
-            [weak self, weak channel] result in
-            guard let self, let channel else { return }
-            channel.readInFlight = false
-            channel.waitAfter = nil
-            switch result {
-            case .failure:
-                return
-            case .success(.error(let message)):
-                self.readFailed(channel, message: message)
-            case .success(.array):
-                channel.active = true
-            default:
-                break  // timed out: read again, which waits again if there is still nothing
-            }
-            self.maybeRead()
-        }
     }
 
     /// Moves entries to this consumer's pending list (XCLAIM … FORCE JUSTID), setting their
@@ -330,7 +307,7 @@ extension QueueWorker {
         })
         if let lease = move.lease {
             writer.send(["EVAL", QueueScripts.leaseFinish, "1", keys.leases, lease.field, String(lease.read),
-                         String(decoding: lease.mask, as: UTF8.self)])
+                         lease.last.description, String(decoding: lease.mask, as: UTF8.self)])
         }
         if let field = move.deleteField { writer.send(["HDEL", keys.leases, field]) }
         let first = move.ids[0]
@@ -356,11 +333,15 @@ extension QueueWorker {
     /// the others with XACK. nil when the queue has no lease (every entry is acknowledged with XACK).
     func leasePlan(for batch: OutcomeBatch, channel: QueueChannel) -> LeaseAcknowledgementPlan? {
         guard !channel.leases.isEmpty else { return nil }
+        return leasePlan(ids: batch.entries.lazy.map(\.entryID), channel: channel)
+    }
+
+    /// `leasePlan(for:channel:)` for `ids`.
+    func leasePlan(ids: some Sequence<StreamEntryID>, channel: QueueChannel) -> LeaseAcknowledgementPlan? {
         var plan = LeaseAcknowledgementPlan()
         var masks: [[UInt8]] = []
         var current = -1  // the plan's lease of the entry before (entries of one lease come in runs)
-        for entry in batch.entries {
-            let id = entry.entryID
+        for id in ids {
             let index: Int
             let position: Int
             if current >= 0, let found = plan.leases[current].position(of: id), !plan.leases[current].isMoved(found) {
@@ -387,7 +368,7 @@ extension QueueWorker {
         }
         guard !plan.leases.isEmpty else { return nil }
         for (index, lease) in plan.leases.enumerated() {
-            plan.acknowledgement.leases.append((lease.field, lease.ids.count, masks[index]))
+            plan.acknowledgement.leases.append((lease.field, lease.ids.count, lease.ids[lease.ids.count - 1], masks[index]))
         }
         return plan
     }
@@ -398,26 +379,52 @@ extension QueueWorker {
     /// positions are not set, so the batch must be written again.
     func leasesAcknowledged(_ plan: LeaseAcknowledgementPlan, reply: RedisReply?, channel: QueueChannel) -> Bool {
         guard case .array(let statuses)? = reply, statuses.count == plan.leases.count else { return false }
+        var gone: [StreamEntryID] = []
         for (index, lease) in plan.leases.enumerated() {
             if statuses[index].integer == -1 {
                 channel.removeLease(lease)
-                let ids = plan.ids[index]
-                channel.writer?.send(argumentCount: 3 + ids.count, { builder in
-                    builder.add("XACK"); builder.add(channel.keys.jobs); builder.add(channel.keys.group)
-                    for id in ids { builder.add(entryMilliseconds: id.milliseconds, sequence: id.sequence) }
-                })
+                gone += plan.ids[index]
             } else if channel.settle(lease, count: plan.ids[index].count) {
                 deleteLease(channel, lease)
             }
         }
+        if !gone.isEmpty { finishElsewhere(channel, gone) }
         return true
     }
 
+    /// Entries whose outcomes Redis wrote while their lease was gone: if a newer lease of this
+    /// worker holds them (read again after a failover, `takeOver`), their positions are set there;
+    /// the rest were released to the pending list by another worker and are acknowledged there.
+    /// Apart from the writes (a worker that stops in between has them sent again, not lost).
+    func finishElsewhere(_ channel: QueueChannel, _ ids: [StreamEntryID]) {
+        guard let writer = channel.writer else { return }
+        let keys = channel.keys
+        let plan = channel.leases.isEmpty ? nil : leasePlan(ids: ids, channel: channel)
+        let pending = plan?.acknowledgement.pending ?? ids
+        if !pending.isEmpty {
+            writer.send(argumentCount: 3 + pending.count, { builder in
+                builder.add("XACK"); builder.add(keys.jobs); builder.add(keys.group)
+                for id in pending { builder.add(entryMilliseconds: id.milliseconds, sequence: id.sequence) }
+            })
+        }
+        guard let plan, !plan.leases.isEmpty else { return }
+        var arguments = ["EVAL", QueueScripts.leaseFinish, "1", keys.leases]
+        for lease in plan.acknowledgement.leases {
+            arguments += [lease.field, String(lease.read), lease.last.description, String(decoding: lease.mask, as: UTF8.self)]
+        }
+        writer.send(arguments) { [weak self, weak channel] result in
+            guard let self, let channel, case .success(let reply) = result else { return }
+            _ = self.leasesAcknowledged(plan, reply: reply, channel: channel)
+        }
+    }
+
     /// Deletes the field of `lease`, every position of which Redis confirmed (set, or moved to the
-    /// pending list). Not confirmed: a worker that stops first leaves a lease with nothing to
-    /// release, which the next release removes.
+    /// pending list), if Redis has every bit (`QueueScripts.leaseDelete`: after a failover the new
+    /// master may not, and the lease then stays, to be released to the pending list once idle).
+    /// Not confirmed: a worker that stops first leaves a lease with nothing to release, which the
+    /// next release removes.
     func deleteLease(_ channel: QueueChannel, _ lease: LocalLease) {
-        channel.writer?.send(["HDEL", channel.keys.leases, lease.field])
+        channel.writer?.send(["EVAL", QueueScripts.leaseDelete, "1", channel.keys.leases, lease.field])
     }
 
     /// The leases nobody works on any more become pending entries (`QueueScripts.leaseRelease`):

@@ -453,7 +453,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         channel.confirmedDuringPendingRead.removeAll()
         channel.claimInFlight = false
         channel.groupReady = false
-        channel.waitAfter = nil
+        channel.waitsForJobs = false
         reader.connect()
         writer.connect()
     }
@@ -858,23 +858,28 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     }
 
     /// One read of up to `count` entries on `channel`'s reader: its pending list while it has
-    /// entries there, else a leased read of new entries (`leasedRead`), or a blocking wait for
-    /// them when the last read found none (`waitForEntries`).
+    /// entries there; else a leased read of new entries (`leasedRead`); or, when the last read
+    /// found none, the group's own blocking read (`XREADGROUP … BLOCK`, through the pending list
+    /// as before leases): Redis hands a new entry to one waiting consumer, so an idle fleet wakes
+    /// one worker per job, not all of them, and what a wait brings is acknowledged with XACK.
     private func read(_ channel: QueueChannel, count: Int) {
-        guard channel.recoveringPending else {
-            if let after = channel.waitAfter { waitForEntries(channel, after: after) } else { leasedRead(channel, count: count) }
+        guard channel.recoveringPending || channel.waitsForJobs else {
+            leasedRead(channel, count: count)
             return
         }
         guard let reader = channel.reader else { return }
         channel.readInFlight = true
-        channel.pendingReadInFlight = true
+        let waiting = !channel.recoveringPending
+        channel.pendingReadInFlight = !waiting
         let keys = channel.keys
-        let arguments: [String] = ["XREADGROUP", "GROUP", keys.group, configuration.consumer, "COUNT", String(count),
-                                   "STREAMS", keys.jobs, channel.pendingCursor]
+        var arguments: [String] = ["XREADGROUP", "GROUP", keys.group, configuration.consumer, "COUNT", String(count)]
+        if waiting { arguments += ["BLOCK", String(configuration.blockMilliseconds)] }
+        arguments += ["STREAMS", keys.jobs, waiting ? ">" : channel.pendingCursor]
         // The batch is read straight from the connection's reply tape: no RedisReply tree per entry.
         reader.sendRaw(arguments) { [weak self, weak channel] result in
             guard let self, let channel else { return }
             channel.readInFlight = false
+            if waiting { channel.waitsForJobs = false }
             let finishedMeanwhile = channel.confirmedDuringPendingRead
             channel.pendingReadInFlight = false
             channel.confirmedDuringPendingRead.removeAll()
@@ -896,7 +901,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 channel.redirectsInARow = 0
                 channel.active = !read.isEmpty
                 let (entries, deferredAfter) = QueueWorker.deferringOverBudget(read)
-                if channel.recoveringPending {
+                if channel.recoveringPending && !waiting {
                     if read.isEmpty {
                         channel.recoveringPending = false
                     } else if let last = entries.last {
@@ -1266,8 +1271,8 @@ final class QueueChannel {
     var leasesInOrder = true
     /// Moves to the pending list Redis has not confirmed yet (`QueueWorker.moveToPending`).
     var pendingMoves: [PendingMove] = []
-    /// Set after a read found nothing: the next read is a blocking wait for entries after this id.
-    var waitAfter: String?
+    /// Set after a leased read found nothing: the next read is the group's blocking read.
+    var waitsForJobs = false
     var recoveringPending = true
     var pendingCursor = "0"
     var groupReady = false

@@ -27,9 +27,11 @@ extension IntegrationTests {
         }
 
         /// `count` jobs and the worker's group, before any worker starts.
-        static func enqueueWithGroup(_ bed: WorkerBed, _ count: Int) async throws {
-            try await bed.enqueue(count)
+        @discardableResult
+        static func enqueueWithGroup(_ bed: WorkerBed, _ count: Int) async throws -> [String] {
+            let ids = try await bed.enqueue(count)
             _ = try await bed.client.send(["XGROUP", "CREATE", bed.keys.jobs, bed.keys.group, "0"])
+            return ids
         }
 
         /// Redis's clock (`TIME`), ms.
@@ -76,18 +78,20 @@ extension IntegrationTests {
 
                 // Finishing positions 0 and 2 of a-1 (mask 5), then 1 and 3 (a).
                 let finish = ["EVAL", QueueScripts.leaseFinish, "1", keys.leases]
-                #expect(try await bed.client.send(finish + ["a-1", "4", "5"]) == .array([.integer(0)]))
+                #expect(try await bed.client.send(finish + ["a-1", "4", ids[3], "5"]) == .array([.integer(0)]))
                 #expect(try await Self.lease(bed, "a-1")?.unfinished == 2)
-                #expect(try await bed.client.send(finish + ["a-1", "4", "5"]) == .array([.integer(0)]), "setting a bit twice changes nothing")
+                #expect(try await bed.client.send(finish + ["a-1", "4", ids[3], "5"]) == .array([.integer(0)]), "setting a bit twice changes nothing")
                 #expect(try await Self.lease(bed, "a-1")?.unfinished == 2)
 
                 // Which entries are finished (after a lost answer): by the bits of a lease that stands.
                 let finished = try await bed.client.send(["EVAL", QueueScripts.leaseFinished, "2", keys.jobs, keys.leases, keys.group,
                                                           "a-1", "0", ids[0], "a-1", "1", ids[1], "a-2", "0", ids[4]])
                 #expect(finished == .array([.integer(1), .integer(0), .integer(0)]))
-                #expect(try await bed.client.send(finish + ["a-1", "4", "a"]) == .array([.integer(0)]))
-                #expect(try await Self.lease(bed, "a-1")?.unfinished == 0, "every position set; the worker deletes it")
-                #expect(try await bed.client.send(["HDEL", keys.leases, "a-1"]) == .integer(1))
+                let delete = ["EVAL", QueueScripts.leaseDelete, "1", keys.leases]
+                #expect(try await bed.client.send(delete + ["a-1"]) == .integer(0), "positions 1 and 3 are not set: it stays")
+                #expect(try await bed.client.send(finish + ["a-1", "4", ids[3], "a"]) == .array([.integer(0)]))
+                #expect(try await Self.lease(bed, "a-1")?.unfinished == 0, "every position set")
+                #expect(try await bed.client.send(delete + ["a-1"]) == .integer(1), "every position set: the worker deletes it")
                 // … and by the pending list once the lease is gone (finished: not pending).
                 let gone = try await bed.client.send(["EVAL", QueueScripts.leaseFinished, "2", keys.jobs, keys.leases, keys.group,
                                                       "a-1", "1", ids[1]])
@@ -100,7 +104,7 @@ extension IntegrationTests {
                 // Released by another instance once idle (ages by Redis's clock): positions 0 and 5 of
                 // a-2 were finished (mask "12": digit 1 holds positions 0–3, bit 1 is position 0;
                 // digit 2, positions 4–7).
-                #expect(try await bed.client.send(finish + ["a-2", "6", "12"]) == .array([.integer(0)]))
+                #expect(try await bed.client.send(finish + ["a-2", "6", ids[9], "12"]) == .array([.integer(0)]))
                 let release = ["EVAL", QueueScripts.leaseRelease, "2", keys.jobs, keys.leases, keys.group]
                 let notYet = try await bed.client.send(release + ["60000", "b", "other", "64"])
                 #expect(notYet == .array([.integer(0), .integer(0)]), "leased just now: not idle for a minute")
@@ -122,8 +126,27 @@ extension IntegrationTests {
                 #expect(pending.map(\.0) == Array(ids[5...8]))
                 #expect(pending.allSatisfy { $0.1 == "c" && $0.2 >= 200 && $0.3 == 1 }, "idle since the lease: \(pending)")
                 // The lease is gone: a late outcome of its worker is told so (-1) and never recreates it.
-                #expect(try await bed.client.send(finish + ["a-2", "6", "1"]) == .array([.integer(-1)]))
+                #expect(try await bed.client.send(finish + ["a-2", "6", ids[9], "1"]) == .array([.integer(-1)]))
                 #expect(try await bed.client.send(["HLEN", keys.leases]) == .integer(0))
+            }
+        }
+
+        /// An entry deleted inside a stopped worker's lease (a producer's own `XDEL`): bits and
+        /// entries no longer pair up, so every entry left in the range is released, finished or
+        /// not: sent twice rather than lost.
+        @Test
+        func anEntryDeletedInsideALeaseReleasesTheWholeRange() async throws {
+            try await withWorkerBed { bed in
+                let keys = bed.keys
+                let ids = try await Self.enqueueWithGroup(bed, 8)
+                _ = try await Self.leasedRead(bed, field: "x-1", count: 8, consumer: "stopped-1")
+                let finish = ["EVAL", QueueScripts.leaseFinish, "1", keys.leases]
+                #expect(try await bed.client.send(finish + ["x-1", "8", ids[7], "f"]) == .array([.integer(0)]), "0 to 3 finished")
+                #expect(try await bed.client.integer("XDEL", keys.jobs, ids[5]) == 1)
+                let released = try await bed.client.send(["EVAL", QueueScripts.leaseRelease, "2", keys.jobs, keys.leases, keys.group,
+                                                          "0", "other", "other-consumer", "64"])
+                #expect(released == .array([.integer(1), .integer(7)]), "all 7 entries left, the finished ones too")
+                #expect(try await bed.client.pendingListCount(keys.jobs, group: keys.group) == 7)
             }
         }
 
@@ -132,11 +155,11 @@ extension IntegrationTests {
             try await withWorkerBed { bed in
                 let keys = bed.keys
                 let count = 600
-                try await Self.enqueueWithGroup(bed, count)
+                let ids = try await Self.enqueueWithGroup(bed, count)
                 // A worker that read 250 under two leases, finished 20 of the first, then stopped.
                 _ = try await Self.leasedRead(bed, field: "dead-1", count: 100, consumer: "stopped-0")
                 _ = try await Self.leasedRead(bed, field: "dead-2", count: 150, consumer: "stopped-0")
-                _ = try await bed.client.send(["EVAL", QueueScripts.leaseFinish, "1", keys.leases, "dead-1", "100", "fffff"])
+                _ = try await bed.client.send(["EVAL", QueueScripts.leaseFinish, "1", keys.leases, "dead-1", "100", ids[99], "fffff"])
                 #expect(try await bed.client.leasedCount(keys.jobs) == 230)
 
                 let worker = try await bed.startWorker(connections: 2, maxStreams: 50) { $0.claimIdleMilliseconds = 2_000 }
