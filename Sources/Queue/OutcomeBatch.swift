@@ -93,28 +93,31 @@ public struct OutcomeBatch: Sendable {
         if acknowledgement.map({ !$0.pending.isEmpty }) ?? true {
             sendAcknowledgement(on: connection, keys: keys, ids: acknowledgement?.pending, nil)
         }
-        if !leases.isEmpty {
-            connection.send(argumentCount: 4 + 4 * leases.count, { builder in
-                builder.add("EVAL"); builder.add(QueueScripts.leaseFinish); builder.add(integer: 1); builder.add(keys.leases)
-                for lease in leases {
-                    builder.add(lease.field); builder.add(integer: Int64(lease.read))
-                    builder.add(entryMilliseconds: lease.last.milliseconds, sequence: lease.last.sequence); builder.add(lease.mask)
-                }
-            })
-        }
+        if !leases.isEmpty { connection.send(QueueScripts.leaseFinishCommand(leases: keys.leases, leases)) }
         connection.send(["EXEC"], completion)
     }
 
     /// `XACK <jobs> <group> <ids>` (nil: every entry's id).
     private func sendAcknowledgement(on connection: RedisConnection, keys: QueueKeys, ids: [StreamEntryID]?,
                                      _ completion: RedisConnection.Completion?) {
-        connection.send(argumentCount: 3 + (ids?.count ?? entries.count), { builder in
+        if let ids {
+            OutcomeBatch.acknowledge(ids, on: connection, keys: keys, completion)
+        } else {
+            OutcomeBatch.acknowledge(entries.lazy.map(\.entryID), count: entries.count, on: connection, keys: keys, completion)
+        }
+    }
+
+    /// `XACK <jobs> <group> <ids>`.
+    public static func acknowledge(_ ids: [StreamEntryID], on connection: RedisConnection, keys: QueueKeys,
+                                   _ completion: RedisConnection.Completion? = nil) {
+        acknowledge(ids, count: ids.count, on: connection, keys: keys, completion)
+    }
+
+    private static func acknowledge(_ ids: some Sequence<StreamEntryID>, count: Int, on connection: RedisConnection, keys: QueueKeys,
+                                    _ completion: RedisConnection.Completion?) {
+        connection.send(argumentCount: 3 + count, { builder in
             builder.add("XACK"); builder.add(keys.jobs); builder.add(keys.group)
-            if let ids {
-                for id in ids { builder.add(entryMilliseconds: id.milliseconds, sequence: id.sequence) }
-            } else {
-                for entry in entries { builder.add(entryMilliseconds: entry.entryID.milliseconds, sequence: entry.entryID.sequence) }
-            }
+            for id in ids { builder.add(entryMilliseconds: id.milliseconds, sequence: id.sequence) }
         }, completion)
     }
 }

@@ -134,9 +134,6 @@ public enum RedisReplyReader {
     /// What a leased read answered (see `StreamLease`): the EXEC reply `[placeholder HSET's reply,
     /// leaseRead's reply, XREADGROUP's reply]` straight from the tape (the last two are read).
     public struct LeasedRead {
-        /// The group's last-delivered id before the read (where a blocking wait starts); nil when
-        /// the script failed.
-        public var after: String?
         /// Entries the lease covers (0: no lease was written).
         public var leased: Int
         /// The script's error reply, if it failed (the read ran anyway: its entries have no lease).
@@ -155,13 +152,12 @@ public enum RedisReplyReader {
         }
         var script = 1
         for _ in 0..<(root.value - 2) { script = tape.skip(script) }
-        var read = LeasedRead(after: nil, leased: 0, scriptError: nil, entries: [])
+        var read = LeasedRead(leased: 0, scriptError: nil, entries: [])
         switch nodes[script].kind {
         case .error:
             read.scriptError = tape.withBytes(of: script) { String(decoding: $0, as: UTF8.self) }
         case .array where nodes[script].value == 2 && nodes.count > script + 2 && nodes[script + 1].kind == .string
                        && nodes[script + 2].kind == .integer:
-            read.after = tape.withBytes(of: script + 1) { String(decoding: $0, as: UTF8.self) }
             read.leased = Int(clamping: nodes[script + 2].value)
         default:
             read.scriptError = "an answer of another shape from the lease script"

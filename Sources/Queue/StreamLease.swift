@@ -46,12 +46,10 @@ public enum StreamLease {
         mask[digit] = hexDigits[Int(value)]
     }
 
-    /// Whether `position` is set in `mask` (hex text, `-` for none).
-    public static func isSet(_ position: Int, in mask: Substring) -> Bool {
+    /// Whether `position` is set in `mask` (hex digits as ASCII bytes).
+    public static func isSet(_ position: Int, in mask: [UInt8]) -> Bool {
         let digit = position >> 2
-        let bytes = Array(mask.utf8)
-        guard digit < bytes.count else { return false }
-        return hexValue(bytes[digit]) & (1 << (position & 3)) != 0
+        return digit < mask.count && hexValue(mask[digit]) & (1 << (position & 3)) != 0
     }
 
     /// The parts of a lease value; nil for a value not in Herald's format.
@@ -99,6 +97,19 @@ public enum StreamLease {
         case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
         default: return 0
         }
+    }
+}
+
+extension QueueScripts {
+    /// `EVAL leaseFinish 1 <leases> (<field> <read> <last> <mask>)…` for `leases` (see `leaseFinish`).
+    public static func leaseFinishCommand(leases key: String,
+                                          _ leases: [(field: String, read: Int, last: StreamEntryID, mask: [UInt8])]) -> [String] {
+        var arguments = ["EVAL", leaseFinish, "1", key]
+        arguments.reserveCapacity(4 + 4 * leases.count)
+        for lease in leases {
+            arguments += [lease.field, String(lease.read), lease.last.description, String(decoding: lease.mask, as: UTF8.self)]
+        }
+        return arguments
     }
 }
 

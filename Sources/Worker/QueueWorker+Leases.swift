@@ -6,6 +6,8 @@ import Transport
 /// ids read, in order (position k is `ids[k]`). Kept until every entry of it is confirmed
 /// finished (or moved to the pending list), or Redis says the lease is gone. Loop-confined.
 final class LocalLease {
+    /// Its number among this worker's leases (`field` is `<instance>-<sequence>`).
+    let sequence: UInt64
     let field: String
     let ids: [StreamEntryID]
     /// Positions moved to the pending list (their outcomes are acknowledged there, with XACK).
@@ -13,7 +15,8 @@ final class LocalLease {
     /// Positions neither confirmed finished nor moved.
     var unsettled: Int
 
-    init(field: String, ids: [StreamEntryID]) {
+    init(sequence: UInt64, field: String, ids: [StreamEntryID]) {
+        self.sequence = sequence
         self.field = field
         self.ids = ids
         unsettled = ids.count
@@ -58,11 +61,17 @@ struct PendingMove {
 }
 
 /// What an outcome batch's lease entries need once Redis answers: per lease, the local lease and
-/// the ids finished in the batch.
+/// how many of its entries the batch finished (which ones: the positions of its mask).
 struct LeaseAcknowledgementPlan {
     var acknowledgement = OutcomeBatch.Acknowledgement()
     var leases: [LocalLease] = []
-    var ids: [[StreamEntryID]] = []
+    var counts: [Int] = []
+
+    /// The ids the batch finished in lease `index`: the positions its mask sets.
+    func ids(ofLease index: Int) -> [StreamEntryID] {
+        let lease = leases[index], mask = acknowledgement.leases[index].mask
+        return lease.ids.indices.filter { StreamLease.isSet($0, in: mask) }.map { lease.ids[$0] }
+    }
 }
 
 extension QueueChannel {
@@ -125,7 +134,7 @@ extension QueueChannel {
     /// after the older one's last entry otherwise, and this costs one comparison per lease).
     /// Returns the older leases left with nothing to settle (removed; their fields are deleted).
     func takeOver(for lease: LocalLease) -> [LocalLease] {
-        guard let first = lease.ids.first, leases.count > 1 else { return [] }
+        guard !leasesInOrder, let first = lease.ids.first, leases.count > 1 else { return [] }
         var emptied: [LocalLease] = []
         for older in leases.dropLast() {
             guard let last = older.ids.last, first <= last else { continue }
@@ -156,10 +165,10 @@ extension QueueChannel {
 }
 
 extension QueueWorker {
-    /// A fresh lease field: this worker's instance and a sequence number.
-    func nextLeaseField() -> String {
+    /// A fresh lease: its sequence number, and its field (this worker's instance and that number).
+    func nextLease() -> (sequence: UInt64, field: String) {
         leaseSequence &+= 1
-        return "\(leaseInstance)-\(leaseSequence)"
+        return (leaseSequence, "\(leaseInstance)-\(leaseSequence)")
     }
 
     /// One leased read of up to `count` new entries on `channel`'s reader: MULTI, the lease script,
@@ -169,7 +178,7 @@ extension QueueWorker {
         guard let reader = channel.reader else { return }
         channel.readInFlight = true
         let keys = channel.keys
-        let field = nextLeaseField()
+        let (sequence, field) = nextLease()
         // A command refused while queued makes EXEC answer EXECABORT; its own error says why
         // (MOVED, NOPERM), so keep the first.
         var refusal: String?
@@ -200,7 +209,7 @@ extension QueueWorker {
                 self.readFailed(channel, message: message)
             case .success(let read):
                 channel.noteReply(bytes: tape.byteCount, entries: read.entries.count)
-                self.leasedReadArrived(channel, field: field, read: read)
+                self.leasedReadArrived(channel, sequence: sequence, field: field, read: read)
             }
             self.maybeRead()
         }
@@ -208,7 +217,7 @@ extension QueueWorker {
 
     /// A leased read's answer: the entries go to the rules under their lease; those a reply cut
     /// for its byte budget, or a read the lease does not cover, go to the pending list.
-    private func leasedReadArrived(_ channel: QueueChannel, field: String, read: RedisReplyReader.LeasedRead) {
+    private func leasedReadArrived(_ channel: QueueChannel, sequence: UInt64, field: String, read: RedisReplyReader.LeasedRead) {
         let entries = read.entries
         if let error = read.scriptError {
             // The read ran without its lease (the script failed after the placeholder was
@@ -238,7 +247,7 @@ extension QueueWorker {
             takeUnleased(channel, entries, field: field)
             return
         }
-        let lease = LocalLease(field: field, ids: entries.map(\.id))
+        let lease = LocalLease(sequence: sequence, field: field, ids: entries.map(\.id))
         channel.addLease(lease)
         for emptied in channel.takeOver(for: lease) { deleteLease(channel, emptied) }
         let (taken, deferredAfter) = QueueWorker.deferringOverBudget(entries)
@@ -305,10 +314,7 @@ extension QueueWorker {
             for id in move.ids { builder.add(entryMilliseconds: id.milliseconds, sequence: id.sequence) }
             builder.add("FORCE"); builder.add("JUSTID")
         })
-        if let lease = move.lease {
-            writer.send(["EVAL", QueueScripts.leaseFinish, "1", keys.leases, lease.field, String(lease.read),
-                         lease.last.description, String(decoding: lease.mask, as: UTF8.self)])
-        }
+        if let lease = move.lease { writer.send(QueueScripts.leaseFinishCommand(leases: keys.leases, [lease])) }
         if let field = move.deleteField { writer.send(["HDEL", keys.leases, field]) }
         let first = move.ids[0]
         writer.send(["EXEC"]) { [weak self, weak channel] result in
@@ -358,13 +364,13 @@ extension QueueWorker {
                 } else {
                     index = plan.leases.count
                     plan.leases.append(lease)
-                    plan.ids.append([])
+                    plan.counts.append(0)
                     masks.append(Array(repeating: UInt8(ascii: "0"), count: StreamLease.maskDigits(count: lease.ids.count)))
                 }
                 current = index
             }
             StreamLease.set(position, in: &masks[index])
-            plan.ids[index].append(id)
+            plan.counts[index] += 1
         }
         guard !plan.leases.isEmpty else { return nil }
         for (index, lease) in plan.leases.enumerated() {
@@ -383,8 +389,8 @@ extension QueueWorker {
         for (index, lease) in plan.leases.enumerated() {
             if statuses[index].integer == -1 {
                 channel.removeLease(lease)
-                gone += plan.ids[index]
-            } else if channel.settle(lease, count: plan.ids[index].count) {
+                gone += plan.ids(ofLease: index)
+            } else if channel.settle(lease, count: plan.counts[index]) {
                 deleteLease(channel, lease)
             }
         }
@@ -401,18 +407,9 @@ extension QueueWorker {
         let keys = channel.keys
         let plan = channel.leases.isEmpty ? nil : leasePlan(ids: ids, channel: channel)
         let pending = plan?.acknowledgement.pending ?? ids
-        if !pending.isEmpty {
-            writer.send(argumentCount: 3 + pending.count, { builder in
-                builder.add("XACK"); builder.add(keys.jobs); builder.add(keys.group)
-                for id in pending { builder.add(entryMilliseconds: id.milliseconds, sequence: id.sequence) }
-            })
-        }
+        if !pending.isEmpty { OutcomeBatch.acknowledge(pending, on: writer, keys: keys) }
         guard let plan, !plan.leases.isEmpty else { return }
-        var arguments = ["EVAL", QueueScripts.leaseFinish, "1", keys.leases]
-        for lease in plan.acknowledgement.leases {
-            arguments += [lease.field, String(lease.read), lease.last.description, String(decoding: lease.mask, as: UTF8.self)]
-        }
-        writer.send(arguments) { [weak self, weak channel] result in
+        writer.send(QueueScripts.leaseFinishCommand(leases: keys.leases, plan.acknowledgement.leases)) { [weak self, weak channel] result in
             guard let self, let channel, case .success(let reply) = result else { return }
             _ = self.leasesAcknowledged(plan, reply: reply, channel: channel)
         }
@@ -436,7 +433,7 @@ extension QueueWorker {
         let idle = ownConsumerOnly ? Int64.max / 2 : Int64(configuration.claimIdleMilliseconds)
         // This worker's own leases older than its oldest live one are ones whose last
         // acknowledgement Redis lost (a failover): they are released like a stopped worker's.
-        let oldestLive = channel.leases.first.flatMap { UInt64($0.field.split(separator: "-").last ?? "") } ?? (leaseSequence &+ 1)
+        let oldestLive = channel.leases.first?.sequence ?? (leaseSequence &+ 1)
         writer.send(["EVAL", QueueScripts.leaseRelease, "2", keys.jobs, keys.leases, keys.group,
                      String(idle), leaseInstance, configuration.consumer, "64", String(oldestLive)]) { [weak self, weak channel] result in
             guard let self, let channel else { return }
