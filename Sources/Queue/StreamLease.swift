@@ -34,6 +34,11 @@ import Transport
 /// positions not set, and `XAUTOCLAIM` takes them over as before. So the pending list holds only
 /// what crashed (or was moved there on purpose), and everything built on it (claims, delivery
 /// counts, `--max-deliveries`, the pending-list read after a restart) stays as it was.
+///
+/// Lost answers. A lease of the worker's own instance that it no longer knows (a read Redis ran
+/// whose answer went with the connection, or a lease whose last acknowledgement or deletion a
+/// failover or restart lost) is released at once, at its next reconnect or claim tick, and the
+/// worker reads it back from its pending list.
 public enum StreamLease {
     /// Hex digits of a mask covering positions `0..<count`.
     public static func maskDigits(count: Int) -> Int { (count + 3) / 4 }
@@ -217,23 +222,29 @@ extension QueueScripts {
         return deleted
         """
 
-    /// `EVAL leaseRelease 2 <jobs> <leases> <group> <idle ms> <own instance> <own consumer> <most> <oldest live>`:
-    /// turns leases nobody works on any more into pending entries: every lease whose lease time is
-    /// at least `<idle ms>` old, or whose consumer is `<own consumer>` (an earlier process of this
-    /// consumer), at most `<most>` leases, but never one of `<own instance>` numbered
-    /// `<oldest live>` or above (the caller's live leases; one of its own below that is one whose
-    /// last acknowledgement Redis lost, in a failover, and goes like the others once idle). The entries
-    /// of positions not set become pending entries of the lease's consumer, with the lease's idle
-    /// time and delivery count (`XCLAIM … FORCE JUSTID`), so `XAUTOCLAIM` and the pending-list
-    /// read take them as if the worker had read them with the pending list. A value not in
-    /// Herald's format, or whose range Redis refuses, is left alone. Returns `{leases released, entries}`.
+    /// `EVAL leaseRelease 2 <jobs> <leases> <group> <idle ms> <own instance> <own consumer> <most> <top> <live>…`:
+    /// turns leases nobody works on any more into pending entries, at most `<most>` leases:
+    /// - of another instance: once its lease time is at least `<idle ms>` old, or at once when its
+    ///   consumer is `<own consumer>` (an earlier process of this consumer);
+    /// - of `<own instance>`: at once when numbered below `<top>` and not among `<live>` (the
+    ///   caller's leases and its read in flight are never touched). Such a lease is one the caller
+    ///   no longer knows: a read Redis ran whose answer the connection lost, or a lease whose last
+    ///   acknowledgement or deletion Redis lost (a failover, a restart).
+    ///
+    /// The entries of positions not set become pending entries of the lease's consumer, with the
+    /// lease's idle time and delivery count (`XCLAIM … FORCE JUSTID`), so `XAUTOCLAIM` and the
+    /// pending-list read take them as if the worker had read them with the pending list. A value
+    /// not in Herald's format, or whose range Redis refuses, is left alone. Returns
+    /// `{leases released, entries, entries of own leases}`.
     public static let leaseRelease = """
         local all = redis.call('HGETALL', KEYS[2])
         local time = redis.call('TIME')
         local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
         local idle, most = tonumber(ARGV[2]), tonumber(ARGV[5])
         local prefix = ARGV[3] .. '-'
-        local released, moved = 0, 0
+        local below, live = tonumber(ARGV[6] or ''), {}
+        for i = 7, #ARGV do live[ARGV[i]] = true end
+        local released, moved, ownMoved = 0, 0, 0
         for i = 1, #all, 2 do
           if released >= most then break end
           local field = all[i]
@@ -241,12 +252,13 @@ extension QueueScripts {
             string.match(all[i + 1], '^(%S+) (%S+) (%d+) (%d+) (%d+) (%S+) (.*)$')
           local own = string.sub(field, 1, #prefix) == prefix
           if own then
-            local number, live = tonumber(string.sub(field, #prefix + 1)), tonumber(ARGV[6] or '')
-            if not number or not live or number >= live then after = nil end
+            local suffix = string.sub(field, #prefix + 1)
+            local number = tonumber(suffix)
+            if not number or not below or number >= below or live[suffix] then after = nil end
           end
           if after then
             local age = now - tonumber(at)
-            if age >= idle or (consumer == ARGV[4] and not own) then
+            if own or age >= idle or consumer == ARGV[4] then
               if mask == '-' then mask = '' end
               -- A value only shaped like a lease (an operator's) may hold ids or counts Redis refuses:
               -- pcall, and such a lease is left alone.
@@ -276,11 +288,12 @@ extension QueueScripts {
                 redis.call('HDEL', KEYS[2], field)
                 released = released + 1
                 moved = moved + #ids
+                if own then ownMoved = ownMoved + #ids end
               end
             end
           end
         end
-        return {released, moved}
+        return {released, moved, ownMoved}
         """
 
     /// `EVAL leaseFinished 2 <jobs> <leases> <group> (<field> <position> <id>)…`: for each entry,

@@ -179,6 +179,7 @@ extension QueueWorker {
         channel.readInFlight = true
         let keys = channel.keys
         let (sequence, field) = nextLease()
+        channel.leaseReadInFlight = sequence
         // A command refused while queued makes EXEC answer EXECABORT; its own error says why
         // (MOVED, NOPERM), so keep the first.
         var refusal: String?
@@ -198,6 +199,7 @@ extension QueueWorker {
         reader.sendRaw(["EXEC"]) { [weak self, weak channel] result in
             guard let self, let channel else { return }
             channel.readInFlight = false
+            if channel.leaseReadInFlight == sequence { channel.leaseReadInFlight = nil }
             guard case .success(let tape) = result else { return }
             switch RedisReplyReader.leasedRead(tape: tape) {
             case .failure(let error):
@@ -327,11 +329,7 @@ extension QueueWorker {
             guard let index = channel.pendingMoves.firstIndex(where: { $0.ids.first == first }) else { return }
             let done = channel.pendingMoves.remove(at: index)
             guard let cursor = done.cursor else { return }
-            // Read them from the pending list (from its start when a pending-list read is under
-            // way already: its cursor may be past them; entries held are not taken twice).
-            channel.pendingCursor = channel.recoveringPending ? "0" : cursor
-            channel.recoveringPending = true
-            self.maybeRead()
+            self.readPendingList(channel, from: cursor)
         }
     }
 
@@ -426,22 +424,36 @@ extension QueueWorker {
 
     /// The leases nobody works on any more become pending entries (`QueueScripts.leaseRelease`):
     /// those of other instances idle past `--claim-idle`, or, with `ownConsumerOnly`, those of this
-    /// consumer name left by an earlier process (at once). `then` runs when Redis answered.
+    /// consumer name left by an earlier process (at once); and at once those of this instance it
+    /// no longer knows (a read whose answer the connection lost, a lease whose acknowledgement or
+    /// deletion Redis lost), which it then reads back from its pending list. `then` runs when
+    /// Redis answered.
     func releaseLeases(_ channel: QueueChannel, ownConsumerOnly: Bool, then: @escaping () -> Void) {
         guard let writer = channel.writer, writer.isReady else { then(); return }
         let keys = channel.keys
         let idle = ownConsumerOnly ? Int64.max / 2 : Int64(configuration.claimIdleMilliseconds)
-        // This worker's own leases older than its oldest live one are ones whose last
-        // acknowledgement Redis lost (a failover): they are released like a stopped worker's.
-        let oldestLive = channel.leases.first?.sequence ?? (leaseSequence &+ 1)
-        writer.send(["EVAL", QueueScripts.leaseRelease, "2", keys.jobs, keys.leases, keys.group,
-                     String(idle), leaseInstance, configuration.consumer, "64", String(oldestLive)]) { [weak self, weak channel] result in
+        // Every lease this instance numbered below `top` and does not hold is one it no longer
+        // knows. The read in flight is not one: its answer is on the way. The writer sends the
+        // deletions of settled leases before this, so none of those is taken for one.
+        let top = channel.leaseReadInFlight ?? (leaseSequence &+ 1)
+        var arguments = ["EVAL", QueueScripts.leaseRelease, "2", keys.jobs, keys.leases, keys.group,
+                         String(idle), leaseInstance, configuration.consumer, "64", String(top)]
+        for lease in channel.leases where lease.sequence < top { arguments.append(String(lease.sequence)) }
+        writer.send(arguments) { [weak self, weak channel] result in
             guard let self, let channel else { return }
             switch result {
-            case .success(.array(let counts)) where counts.count == 2:
-                if let leases = counts[0].integer, leases > 0 {
+            case .success(.array(let counts)) where counts.count == 3:
+                let own = counts[2].integer ?? 0
+                if let leases = counts[0].integer, leases > 0, (counts[1].integer ?? 0) > own {
                     channel.logger.info("released the leases of a stopped worker to the pending list",
-                                        metadata: ["leases": "\(leases)", "entries": "\(counts[1].integer ?? 0)"])
+                                        metadata: ["leases": "\(leases)", "entries": "\((counts[1].integer ?? 0) - own)"])
+                }
+                if own > 0 {
+                    // Entries this worker read but never got (or whose outcomes Redis lost): read
+                    // them back from the pending list now, not after --claim-idle.
+                    channel.logger.warning("entries of reads whose answer this worker lost go to its pending list and are read again",
+                                           metadata: ["entries": "\(own)"])
+                    self.readPendingList(channel, from: "0")
                 }
             case .success(.error(let message)):
                 self.handleRedisError(message, channel: channel)

@@ -422,6 +422,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             connection?.close()
         }
         channel.readInFlight = false
+        channel.leaseReadInFlight = nil
         channel.pendingReadInFlight = false
         channel.confirmedDuringPendingRead.removeAll()
         channel.claimInFlight = false
@@ -449,6 +450,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         channel.reader = reader
         channel.writer = writer
         channel.readInFlight = false
+        channel.leaseReadInFlight = nil
         channel.pendingReadInFlight = false
         channel.confirmedDuringPendingRead.removeAll()
         channel.claimInFlight = false
@@ -481,6 +483,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         other?.delegate = nil
         other?.close()
         channel.readInFlight = false
+        channel.leaseReadInFlight = nil
         channel.pendingReadInFlight = false
         channel.confirmedDuringPendingRead.removeAll()
         channel.claimInFlight = false
@@ -554,9 +557,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             // so the pending-list read below takes them at once.
             self.releaseLeases(channel, ownConsumerOnly: true) { [weak self, weak channel] in
                 guard let self, let channel, channel.groupReady else { return }
-                channel.recoveringPending = true
-                channel.pendingCursor = "0"
-                self.maybeRead()
+                self.readPendingList(channel, from: "0")
             }
         }
     }
@@ -902,7 +903,11 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 channel.active = !read.isEmpty
                 let (entries, deferredAfter) = QueueWorker.deferringOverBudget(read)
                 if channel.recoveringPending && !waiting {
-                    if read.isEmpty {
+                    if channel.pendingReadAgain {
+                        // Entries joined the pending list while this read was out: from its start again.
+                        channel.pendingReadAgain = false
+                        channel.pendingCursor = "0"
+                    } else if read.isEmpty {
                         channel.recoveringPending = false
                     } else if let last = entries.last {
                         channel.pendingCursor = last.id.description
@@ -919,6 +924,16 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             }
             self.maybeRead()
         }
+    }
+
+    /// Reads `channel`'s pending list from `cursor`, where entries were just put: from its start
+    /// when a read of it is under way already (its cursor may be past them). Entries this worker
+    /// holds are not taken twice.
+    func readPendingList(_ channel: QueueChannel, from cursor: String) {
+        if channel.pendingReadInFlight { channel.pendingReadAgain = true }
+        channel.pendingCursor = channel.recoveringPending ? "0" : cursor
+        channel.recoveringPending = true
+        maybeRead()
     }
 
     /// Redis refused a read of `channel` with `message`: the group is recreated (NOGROUP), the
@@ -1254,12 +1269,17 @@ final class QueueChannel {
     var redisErrors = 0
     var reconnectTimer: EventLoop.TimerID?
     var readInFlight = false
+    /// The lease number of the leased read in flight, if one is.
+    var leaseReadInFlight: UInt64?
     /// Set while a read of the pending list (not `>`) is in flight. Entries whose outcome batch
     /// Redis confirms meanwhile go into `confirmedDuringPendingRead`: the read and the batch travel
     /// on two connections, so the read may have run first, and such entries in its reply were
     /// finished, not new work (after a reconnect, taking them again sent them twice and wrote
     /// their dead letters twice).
     var pendingReadInFlight = false
+    /// Entries joined the pending list while a read of it was in flight (its cursor may be past
+    /// them): the next read of it starts from the beginning (`QueueWorker.readPendingList`).
+    var pendingReadAgain = false
     var confirmedDuringPendingRead: Set<StreamEntryID> = []
     /// This worker's leases on the stream, oldest first (`StreamLease`, `LocalLease`), with the
     /// first and last id of each (`addLease`, `removeLease` keep both), and where the last

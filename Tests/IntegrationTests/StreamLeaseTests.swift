@@ -107,12 +107,16 @@ extension IntegrationTests {
                 #expect(try await bed.client.send(finish + ["a-2", "6", ids[9], "12"]) == .array([.integer(0)]))
                 let release = ["EVAL", QueueScripts.leaseRelease, "2", keys.jobs, keys.leases, keys.group]
                 let notYet = try await bed.client.send(release + ["60000", "b", "other", "64"])
-                #expect(notYet == .array([.integer(0), .integer(0)]), "leased just now: not idle for a minute")
+                #expect(notYet == .array([.integer(0), .integer(0), .integer(0)]), "leased just now: not idle for a minute")
                 try await Task.sleep(for: .milliseconds(300))
                 let ownInstance = try await bed.client.send(release + ["200", "a", "c", "64"])
-                #expect(ownInstance == .array([.integer(0), .integer(0)]), "a worker never releases its live leases")
+                #expect(ownInstance == .array([.integer(0), .integer(0), .integer(0)]), "a worker never releases its live leases")
+                let held = try await bed.client.send(release + ["60000", "a", "c", "64", "3", "2"])
+                #expect(held == .array([.integer(0), .integer(0), .integer(0)]), "a-2 is among the worker's leases")
+                let inFlight = try await bed.client.send(release + ["60000", "a", "c", "64", "2"])
+                #expect(inFlight == .array([.integer(0), .integer(0), .integer(0)]), "a-2 is the worker's read in flight")
                 let released = try await bed.client.send(release + ["200", "b", "other", "64"])
-                #expect(released == .array([.integer(1), .integer(4)]))
+                #expect(released == .array([.integer(1), .integer(4), .integer(0)]))
                 #expect(try await bed.client.send(["HLEN", keys.leases]) == .integer(0))
                 // The 4 unfinished entries are pending for the lease's consumer, idle since the lease, delivered once.
                 guard case .array(let rows) = try await bed.client.send(["XPENDING", keys.jobs, keys.group, "-", "+", "10"]) else {
@@ -145,7 +149,7 @@ extension IntegrationTests {
                 #expect(try await bed.client.integer("XDEL", keys.jobs, ids[5]) == 1)
                 let released = try await bed.client.send(["EVAL", QueueScripts.leaseRelease, "2", keys.jobs, keys.leases, keys.group,
                                                           "0", "other", "other-consumer", "64"])
-                #expect(released == .array([.integer(1), .integer(7)]), "all 7 entries left, the finished ones too")
+                #expect(released == .array([.integer(1), .integer(7), .integer(0)]), "all 7 entries left, the finished ones too")
                 #expect(try await bed.client.pendingListCount(keys.jobs, group: keys.group) == 7)
             }
         }
@@ -185,6 +189,46 @@ extension IntegrationTests {
                 let ledger = try await bed.waitUntilSettled(enqueued: count, timeout: .seconds(30))
                 #expect(ledger.acceptedUnique == count && ledger.duplicates == 0, "\(ledger)")
                 #expect(try await bed.client.send(["HLEN", keys.leases]) == .integer(0))
+            }
+        }
+
+        /// A leased read Redis ran whose answer the worker never got (the connection went first):
+        /// the lease is in Redis and the group has moved past its entries, but the worker knows
+        /// nothing of them. It releases such a lease of its own to its pending list as soon as it
+        /// is back, and reads them from there, rather than after `--claim-idle`.
+        @Test
+        func aReadWhoseAnswerWasLostIsReleasedAtOnce() async throws {
+            try await withWorkerBed(emulator: { $0.latencyMilliseconds = 200 }) { bed in
+                let keys = bed.keys
+                try await Self.enqueueWithGroup(bed, 100)
+                // The default --claim-idle (60 s) is far beyond the waits below.
+                let worker = try bed.startProcess(["--consumer", "lost-answer", "--connections", "1", "--max-streams", "40"])
+                // The worker's instance: the prefix of its lease fields (`<instance>-<number>`).
+                var instance = ""
+                try await waitFor("the worker holds a lease", timeout: .seconds(30)) {
+                    guard case .array(let fields) = try await bed.client.send(["HKEYS", keys.leases]),
+                          let field = fields.first?.string, let dash = field.lastIndex(of: "-") else { return false }
+                    instance = String(field[..<dash])
+                    return true
+                }
+                _ = try await bed.waitUntilSettled(enqueued: 100, timeout: .seconds(60))
+                try await waitFor("its leases are gone", timeout: .seconds(10)) {
+                    try await bed.client.send(["HLEN", keys.leases]) == .integer(0)
+                }
+
+                // Its connections drop while it is stopped, and a read of its first lease number
+                // runs in Redis with nobody to take the answer.
+                worker.signal(SIGSTOP)
+                _ = try await bed.client.send(["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"])
+                try await bed.enqueue(40)
+                let (_, lost) = try await Self.leasedRead(bed, field: "\(instance)-1", count: 25, consumer: "lost-answer-0")
+                #expect(Self.ids(lost).count == 25)
+                worker.signal(SIGCONT)
+
+                let ledger = try await bed.waitUntilSettled(enqueued: 140, timeout: .seconds(20))
+                #expect(ledger.acceptedUnique == 140 && ledger.duplicates == 0, "\(ledger)")
+                #expect(try await bed.client.send(["HLEN", keys.leases]) == .integer(0))
+                #expect(try await bed.client.pendingListCount(keys.jobs, group: keys.group) == 0)
             }
         }
 

@@ -176,7 +176,8 @@ final class MatrixBed: @unchecked Sendable {
             return ledger.settled || ledger.outcomes > ledger.enqueued
         }
         if !settled {
-            throw WaitTimeout(description: "\(name): timed out after \(timeout) waiting for every job to settle: \(last)\n\(diagnostics())")
+            throw WaitTimeout(description: "\(name): timed out after \(timeout) waiting for every job to settle: \(last)\n"
+                              + "\(await redisState())\n\(diagnostics())")
         }
         return last
     }
@@ -238,6 +239,19 @@ final class MatrixBed: @unchecked Sendable {
                 "\(name): each malformed job is one dead letter: \(ledger)", sourceLocation: sourceLocation)
         let rss = workerRSS
         #expect(rss < 150, "\(name): worker RSS \(rss) MiB", sourceLocation: sourceLocation)
+    }
+
+    /// What Redis holds of the queue's reading state (leases, the pending list, the group), for a
+    /// cell that did not settle.
+    func redisState() async -> String {
+        var lines: [String] = []
+        for (label, command) in [("leases", ["HGETALL", keys.jobs + ":leases"]),
+                                 ("pending", ["XPENDING", keys.jobs, keys.group, "-", "+", "20"]),
+                                 ("groups", ["XINFO", "GROUPS", keys.jobs])] {
+            let reply = try? await client.send(command)
+            lines.append("redis \(label): \(reply.map { "\($0)" } ?? "no answer")")
+        }
+        return lines.joined(separator: "\n")
     }
 
     func diagnostics() -> String {
