@@ -59,6 +59,15 @@ public final class RequestHeaderBuilder {
         names.deallocate()
     }
 
+    /// nghttp2's flags for one header. Names are not copied (`NO_COPY_NAME`): they are lowercase
+    /// already and live in `names` as long as this builder, which outlives every request its
+    /// connection's session queues (the session is deleted first); nghttp2 would otherwise copy
+    /// and lowercase each name of each request. Values change with each request in `scratch`, so
+    /// nghttp2 copies those.
+    static func flags(noIndex: Bool) -> UInt8 {
+        UInt8(NGHTTP2_NV_FLAG_NO_COPY_NAME.rawValue | (noIndex ? NGHTTP2_NV_FLAG_NO_INDEX.rawValue : NGHTTP2_NV_FLAG_NONE.rawValue))
+    }
+
     /// The most header bytes (values) one request may carry; a request needing more is never sent.
     public static let capacity = 16 * 1024
 
@@ -79,7 +88,7 @@ public final class RequestHeaderBuilder {
             nva[count] = nghttp2_nv(
                 name: names + offset, value: scratch + value.lowerBound,
                 namelen: length, valuelen: value.count,
-                flags: UInt8(noIndex ? NGHTTP2_NV_FLAG_NO_INDEX.rawValue : NGHTTP2_NV_FLAG_NONE.rawValue))
+                flags: RequestHeaderBuilder.flags(noIndex: noIndex))
             count += 1
         }
         add(0, writer.append(staticString: "POST"))
@@ -128,7 +137,7 @@ public final class RequestHeaderBuilder {
             nva[count] = nghttp2_nv(
                 name: names + offset, value: scratch + value.lowerBound,
                 namelen: length, valuelen: value.count,
-                flags: UInt8(noIndex ? NGHTTP2_NV_FLAG_NO_INDEX.rawValue : NGHTTP2_NV_FLAG_NONE.rawValue))
+                flags: RequestHeaderBuilder.flags(noIndex: noIndex))
             count += 1
         }
         add(.method, writer.append(staticString: "POST"))

@@ -227,7 +227,7 @@ public final class ConnectionPool: APNsConnectionDelegate {
     public var freeSlots: Int {
         if stoppedReason != nil { return 0 }
         var total = 0
-        for member in members { total += member.connection?.streamSlots ?? 0 }
+        for index in members.indices { total += members[index].connection?.streamSlots ?? 0 }
         if credentials == .probing {
             // One notification tells whether APNs takes the credentials again.
             total = min(total, inFlight == 0 ? 1 : 0)
@@ -238,7 +238,7 @@ public final class ConnectionPool: APNsConnectionDelegate {
     /// Requests in flight on all connections plus those waiting to be resent.
     public var inFlight: Int {
         var total = resendQueue.count - resendHead
-        for member in members { total += member.connection?.inFlight ?? 0 }
+        for index in members.indices { total += members[index].connection?.inFlight ?? 0 }
         for connection in retiring { total += connection.inFlight }
         return total
     }
@@ -260,18 +260,20 @@ public final class ConnectionPool: APNsConnectionDelegate {
         return connection.submit(consume request)
     }
 
+    /// The connection with the most free stream slots. The scan reads each member's slots in
+    /// place: binding each connection to a local retained and released it, and a connection has
+    /// a side table (its timers hold it weakly), where each count change is the slow path.
     private func bestConnection() -> APNsConnection? {
-        var best: APNsConnection? = nil
+        var best = -1
         var bestSlots = 0
-        for member in members {
-            guard let connection = member.connection else { continue }
-            let slots = connection.streamSlots
+        for index in members.indices {
+            let slots = members[index].connection?.streamSlots ?? 0
             if slots > bestSlots {
-                best = connection
+                best = index
                 bestSlots = slots
             }
         }
-        return best
+        return best < 0 ? nil : members[best].connection
     }
 
     private func enqueueResend(_ request: PendingRequest) {
@@ -350,8 +352,11 @@ public final class ConnectionPool: APNsConnectionDelegate {
         }
     }
 
+    /// The member slot holding `connection` (compared in place, without retaining each member's
+    /// connection: see `bestConnection`). Runs once per answer.
     private func memberIndex(_ connection: APNsConnection) -> Int? {
-        members.firstIndex { $0.connection === connection }
+        for index in members.indices where members[index].connection === connection { return index }
+        return nil
     }
 
     public func connectionIsReady(_ connection: APNsConnection) {
