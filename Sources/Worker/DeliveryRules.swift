@@ -103,7 +103,7 @@ public final class DeliveryRules {
     /// Per queue, entries taken in and not yet confirmed acknowledged: re-reading the pending
     /// list or a claim must not take them in (and send them) again. Per queue because two streams
     /// may hold the same entry id.
-    private var heldEntries: [Set<StreamEntryID>]
+    private var heldEntries: [StreamEntryIDSet]
     /// Collapse ids are compared within a queue (entry ids order updates only within one stream;
     /// producers that shard by device token keep a token's updates in one queue).
     private var queuedCollapse: [[CollapseKey: UInt64]]
@@ -314,7 +314,7 @@ public final class DeliveryRules {
         }
         let queueCount = defaultsByQueue.count
         queueCounters = Array(repeating: WorkerCounters(apps: apps.count), count: queueCount)
-        heldEntries = Array(repeating: [], count: queueCount)
+        heldEntries = (0..<queueCount).map { _ in StreamEntryIDSet(capacity: 1024) }
         queuedCollapse = Array(repeating: [:], count: queueCount)
         acceptedCollapse = Array(repeating: [:], count: queueCount)
         finishing = Array(repeating: [], count: queueCount)
@@ -365,7 +365,7 @@ public final class DeliveryRules {
             let entryID = entries[position].id
             // Held from here on: every path below ends in a queued token or an outcome, and the
             // entry leaves `heldEntries` only when its batch is confirmed.
-            guard heldEntries[queue].insert(entryID).inserted else { continue }
+            guard heldEntries[queue].insert(entryID) else { continue }
             if deliveries != nil { queueCounters[queue].jobsReclaimed += 1 }
             guard !entries[position].packed.isEmpty else {
                 // Deleted while pending: nothing to deliver; acknowledge it.
