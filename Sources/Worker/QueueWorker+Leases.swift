@@ -50,7 +50,9 @@ final class LocalLease {
 /// Entries moved from a lease (or read without one) to this consumer's pending list, until Redis
 /// confirms the move (`QueueWorker.moveToPending`).
 struct PendingMove {
-    let ids: [StreamEntryID]
+    /// The entries to move. For a move of entries this worker holds (`cursor` nil), those whose
+    /// outcome batch has been sent leave it (`QueueWorker.dropFromUnleasedMoves`).
+    var ids: [StreamEntryID]
     /// The lease they leave (its positions are set), or nil.
     let lease: (field: String, read: Int, last: StreamEntryID, mask: [UInt8])?
     /// A lease field to delete with the move (a read whose lease did not cover it), or nil.
@@ -58,6 +60,8 @@ struct PendingMove {
     /// Where the pending-list read starts once they are there; nil when the worker holds them
     /// already (sent without a lease): the pending list only keeps them should it stop.
     let cursor: String?
+    /// Set by `moveToPending`: tells the moves apart when Redis answers.
+    var serial: UInt64 = 0
 }
 
 /// What an outcome batch's lease entries need once Redis answers: per lease, the local lease and
@@ -289,11 +293,31 @@ extension QueueWorker {
     /// move's cursor. Kept until Redis confirms it and sent again after a reconnect and at every
     /// claim tick, so a move that failed never leaves entries in a lease nobody reads.
     ///
-    /// A move of entries this worker holds already (`cursor` nil: read without a lease) is sent
-    /// once, never again: sent again after their outcome, it would put finished entries back.
+    /// A move of entries this worker holds already (`cursor` nil: read without a lease) is what
+    /// keeps them should the worker stop, so it is sent again too, without the entries whose
+    /// outcome batch Redis confirmed (`dropFromUnleasedMoves`): after their `XACK`, a move would
+    /// put finished entries back. (One sent again between a batch and its confirmation does:
+    /// such an entry is delivered twice, not lost.)
     func moveToPending(_ channel: QueueChannel, _ move: PendingMove) {
-        if move.cursor != nil { channel.pendingMoves.append(move) }
+        var move = move
+        channel.moveSerial &+= 1
+        move.serial = channel.moveSerial
+        channel.pendingMoves.append(move)
         sendMove(channel, move)
+    }
+
+    /// Entries whose outcome batch Redis confirmed leave the moves of entries read without a
+    /// lease that Redis has not confirmed; a move left with nothing goes (its placeholder lease
+    /// field with it).
+    func dropFromUnleasedMoves(_ finished: StreamEntryIDSet, channel: QueueChannel) {
+        var emptied: [PendingMove] = []
+        for index in channel.pendingMoves.indices where channel.pendingMoves[index].cursor == nil {
+            channel.pendingMoves[index].ids.removeAll { finished.contains($0) }
+            if channel.pendingMoves[index].ids.isEmpty { emptied.append(channel.pendingMoves[index]) }
+        }
+        guard !emptied.isEmpty else { return }
+        channel.pendingMoves.removeAll { move in emptied.contains { $0.serial == move.serial } }
+        for move in emptied { sendMove(channel, move) }  // the placeholder's HDEL only
     }
 
     /// Sends the moves not confirmed yet (after a reconnect, at a claim tick).
@@ -304,7 +328,8 @@ extension QueueWorker {
     private func sendMove(_ channel: QueueChannel, _ move: PendingMove) {
         guard let writer = channel.writer, writer.isReady else { return }
         guard !move.ids.isEmpty else {
-            // Nothing read: only the placeholder lease to remove.
+            // Nothing to move: only the placeholder lease to remove.
+            channel.pendingMoves.removeAll { $0.serial == move.serial }
             if let field = move.deleteField { writer.send(["HDEL", channel.keys.leases, field]) }
             return
         }
@@ -318,7 +343,7 @@ extension QueueWorker {
         })
         if let lease = move.lease { writer.send(QueueScripts.leaseFinishCommand(leases: keys.leases, [lease])) }
         if let field = move.deleteField { writer.send(["HDEL", keys.leases, field]) }
-        let first = move.ids[0]
+        let serial = move.serial
         writer.send(["EXEC"]) { [weak self, weak channel] result in
             guard let self, let channel else { return }
             guard case .success(.array(let replies)) = result else {
@@ -326,7 +351,7 @@ extension QueueWorker {
                 return  // sent again at the next claim tick or reconnect
             }
             for reply in replies { if case .error(let message) = reply { self.handleRedisError(message, channel: channel); return } }
-            guard let index = channel.pendingMoves.firstIndex(where: { $0.ids.first == first }) else { return }
+            guard let index = channel.pendingMoves.firstIndex(where: { $0.serial == serial }) else { return }
             let done = channel.pendingMoves.remove(at: index)
             guard let cursor = done.cursor else { return }
             self.readPendingList(channel, from: cursor)

@@ -599,7 +599,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             for batch in batches {
                 let entries = batch.entries.filter { !acknowledged.contains($0.entryID) }
                 if entries.isEmpty {
-                    self.rules.confirmed(batch.sequence)
+                    self.batchConfirmed(batch.sequence, channel: channel)
                 } else {
                     self.write(entries.count == batch.entries.count ? batch
                                : OutcomeBatch(sequence: batch.sequence, entries: entries, queue: batch.queue))
@@ -1100,11 +1100,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 }
                 fallthrough
             case .success(.integer):  // a batch without writes is a lone XACK
-                if channel.pendingReadInFlight {
-                    self.rules.confirmed(sequence) { channel.confirmedDuringPendingRead.insert($0) }
-                } else {
-                    self.rules.confirmed(sequence)
-                }
+                self.batchConfirmed(sequence, channel: channel)
                 self.scheduleTrim(channel)
                 if self.phase == .draining { self.checkDrained() }
             case .success(.error(let message)):
@@ -1113,6 +1109,24 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 break  // connection lost: written again after reconnecting
             }
         }
+    }
+
+    /// Redis confirmed outcome batch `sequence` of `channel`: the rules release its entries. A
+    /// pending-list read in flight skips them in its reply (it may have run first), and a move of
+    /// entries read without a lease no longer carries them (sent after their `XACK`, it would put
+    /// them back in the pending list, finished).
+    private func batchConfirmed(_ sequence: UInt64, channel: QueueChannel) {
+        let unleasedMoves = channel.pendingMoves.contains { $0.cursor == nil && !$0.ids.isEmpty }
+        guard channel.pendingReadInFlight || unleasedMoves else {
+            rules.confirmed(sequence)
+            return
+        }
+        var finished = StreamEntryIDSet()
+        rules.confirmed(sequence) { id in
+            if channel.pendingReadInFlight { channel.confirmedDuringPendingRead.insert(id) }
+            if unleasedMoves { finished.insert(id) }
+        }
+        if unleasedMoves { dropFromUnleasedMoves(finished, channel: channel) }
     }
 
     // MARK: retries and reclaiming
@@ -1289,8 +1303,10 @@ final class QueueChannel {
     var lastLeaseHit = 0
     /// No lease starts at or before the end of an older one (the usual case: lookups bisect).
     var leasesInOrder = true
-    /// Moves to the pending list Redis has not confirmed yet (`QueueWorker.moveToPending`).
+    /// Moves to the pending list Redis has not confirmed yet (`QueueWorker.moveToPending`), and
+    /// the serial of the last one.
     var pendingMoves: [PendingMove] = []
+    var moveSerial: UInt64 = 0
     /// Set after a leased read found nothing: the next read is the group's blocking read.
     var waitsForJobs = false
     var recoveringPending = true

@@ -184,6 +184,42 @@ extension IntegrationTests {
             }
         }
 
+        /// As above, and the move of those entries to the pending list is refused too (no
+        /// XCLAIM) while they are in flight: the worker sends the move again at its claim ticks,
+        /// so once it is allowed the entries are in the pending list before their outcomes. A
+        /// worker killed then loses none of them: its successor takes them from there.
+        @Test
+        func aRefusedMoveIsSentAgainSoAKilledWorkerLosesNothing() async throws {
+            try await withWorkerBed(emulator: { $0.latencyMilliseconds = 3_000 }) { bed in
+                try await Self.create("herald-worker", on: bed.client, extra: ["-xinfo|groups", "-xclaim"])
+                let count = 200
+                try await bed.enqueue(count)
+                let worker = try Self.startWorker(bed, user: "herald-worker", extra: ["--consumer", "moves", "--claim-idle", "2"])
+                try await waitFor("a read without a lease, its move refused", timeout: .seconds(30)) {
+                    worker.logTail(100_000).contains("the lease script failed")
+                }
+                #expect(try await bed.client.pendingListCount(bed.keys.jobs, group: bed.keys.group) == 0, "the move was refused")
+                #expect(try await bed.client.send(["ACL", "SETUSER", "herald-worker", "+xclaim"]) == .status("OK"))
+                try await waitFor("the move sent again at a claim tick", timeout: .seconds(2)) {
+                    try await bed.client.pendingListCount(bed.keys.jobs, group: bed.keys.group) > 0
+                }
+                // Before the first answers (3 s): every entry read is in flight or queued.
+                worker.signal(SIGKILL)
+                _ = try? await worker.waitForExit(timeout: .seconds(5))
+                #expect(try await bed.client.send(["ACL", "SETUSER", "herald-worker", "+xinfo|groups"]) == .status("OK"))
+                // The same consumer name: it takes its predecessor's pending entries at once.
+                let successor = try Self.startWorker(bed, user: "herald-worker", extra: ["--consumer", "moves"])
+                let ledger: QueueLedger
+                do {
+                    ledger = try await waitForSettledLedger(enqueued: count, redis: bed.client, emulator: bed.emulator, timeout: .seconds(120))
+                } catch {
+                    throw WaitTimeout(description: "\(error)\nfirst worker:\n\(worker.logTail())\nsuccessor:\n\(successor.logTail())")
+                }
+                #expect(ledger.acceptedUnique == count, "every job delivered at least once: \(ledger)")
+                #expect(try await bed.client.pendingListCount(bed.keys.jobs, group: bed.keys.group) == 0)
+            }
+        }
+
         @Test
         func aMissingPermissionIsNamedAndTheWorkerBacksOffThenRecovers() async throws {
             try await withWorkerBed { bed in
