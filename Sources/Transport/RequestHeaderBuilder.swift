@@ -18,6 +18,10 @@ public final class RequestHeaderBuilder {
     private let names: UnsafeMutablePointer<UInt8>
     private var nameRanges: [Name: (offset: Int, length: Int)] = [:]
     private let authority: [UInt8]
+    /// Set once a request's headers were handed over with `apns-id` indexed: its name is in the
+    /// connection's HPACK table from then on (the first request is serialised first: stream ids
+    /// rise), and later values are sent unindexed with the name by index.
+    private var apnsIDNameIndexed = false
 
     enum Name: CaseIterable {
         case method, scheme, path, authority, pushType, topic, priority, expiration, collapseID, apnsID, authorization, channelID
@@ -110,13 +114,18 @@ public final class RequestHeaderBuilder {
         if let collapseID = notification.collapseID { add(8, writer.append(collapseID)) }
         // Unique per notification: indexing it would only push the provider token and the
         // topic out of HPACK's 4 KB table (on both sides), so they would travel in full again.
+        //
+        // The first one on the connection is indexed all the same, so that the header's name is in
+        // the table: each later one then names it by its index instead of spelling it out,
+        // Huffman-coded, for both sides to code and decode (`apnsIDNameIndexed`).
         if let bits = notification.apnsIDBits {
-            add(9, writer.append(uuid: bits), noIndex: true)
+            add(9, writer.append(uuid: bits), noIndex: apnsIDNameIndexed)
         } else if let apnsID = notification.apnsID {
-            add(9, writer.append(apnsID), noIndex: true)
+            add(9, writer.append(apnsID), noIndex: apnsIDNameIndexed)
         }
         if let authorization { add(10, writer.append(bytes: authorization)) }
         if writer.overflowed { return nil }
+        apnsIDNameIndexed = true
         return body(nva, count)
     }
 
@@ -153,12 +162,13 @@ public final class RequestHeaderBuilder {
         add(.priority, writer.append(integer: Int64(notification.effectivePriority.rawValue)))
         if let expiration = notification.expiration { add(.expiration, writer.append(integer: expiration)) }
         if let bits = notification.apnsIDBits {
-            add(.apnsID, writer.append(uuid: bits), noIndex: true)
+            add(.apnsID, writer.append(uuid: bits), noIndex: apnsIDNameIndexed)
         } else if let apnsID = notification.apnsID {
-            add(.apnsID, writer.append(apnsID), noIndex: true)
+            add(.apnsID, writer.append(apnsID), noIndex: apnsIDNameIndexed)
         }
         if let authorization { add(.authorization, writer.append(bytes: authorization)) }
         if writer.overflowed { return nil }
+        apnsIDNameIndexed = true
         return body(nva, count)
     }
 

@@ -8,8 +8,10 @@ import Testing
 struct InMemoryHTTP2Tests {
     final class Server: HTTP2ServerConnectionDelegate {
         var received: [Int32] = []
+        var requests: [HTTP2ServerRequest] = []
         func connection(_ connection: HTTP2ServerConnection, received request: HTTP2ServerRequest) {
             received.append(request.streamID)
+            requests.append(request)
             connection.respond(streamID: request.streamID, status: 200, apnsID: nil, body: [])
         }
         func connectionClosed(_ connection: HTTP2ServerConnection, error: ConnectionError?) {}
@@ -103,6 +105,37 @@ struct InMemoryHTTP2Tests {
 
     /// The client's nghttp2 session allocates from a per-connection pool: while streams run, the
     /// pool recycles blocks; when the session is deleted every block has come back to it.
+    /// The header list as the server decodes it, request after request on one connection: the
+    /// first request's `apns-id` is indexed so the later ones name the header by its index, and
+    /// header names go to nghttp2 uncopied. Every request must still arrive whole, with its own
+    /// apns-id and nothing else changed, in several rounds so the HPACK table state carries over.
+    @Test func everyRequestsHeadersArriveIntactWithTheNameIndexed() throws {
+        let pair = try Pair()
+        var sent: [UInt64] = []
+        for round in 0..<3 {
+            for index in 0..<40 {
+                let context = UInt64(round * 100 + index)
+                #expect(pair.client.submit(Self.request(context)))
+                sent.append(context)
+            }
+            var rounds = 0
+            while pair.clientToServer() + pair.serverToClient() > 0 && rounds < 50 { rounds += 1 }
+        }
+        let requests = pair.serverDelegate.requests
+        try #require(requests.count == sent.count, "\(requests.count) of \(sent.count) arrived")
+        for (request, context) in zip(requests, sent) {
+            #expect(request.method == "POST" && request.path == "/3/device/" + String(repeating: "ab", count: 32)
+                    && request.authority == "api.push.apple.com")
+            let names = request.headers.map(\.name)
+            #expect(names == ["apns-push-type", "apns-topic", "apns-id", "authorization"], "\(names)")
+            let values = Dictionary(request.headers.map { ($0.name, $0.value) }, uniquingKeysWith: { first, _ in first })
+            #expect(values["apns-id"] == UUIDString.make(high: 0x4845_5241_4c44, low: context), "stream \(request.streamID)")
+            #expect(values["apns-topic"] == "com.example.herald" && values["apns-push-type"] == "alert"
+                    && values["authorization"] == "bearer header.claims.signature")
+        }
+        #expect(pair.clientDelegate.outcomes.count == sent.count)
+    }
+
     @Test func pooledSessionReturnsEveryBlock() throws {
         let pair = try Pair()
         let (client, clientDelegate) = (pair.client, pair.clientDelegate)
