@@ -18,10 +18,12 @@ public final class RequestHeaderBuilder {
     private let names: UnsafeMutablePointer<UInt8>
     private var nameRanges: [Name: (offset: Int, length: Int)] = [:]
     private let authority: [UInt8]
-    /// Set once a request's headers were handed over with `apns-id` indexed: its name is in the
-    /// connection's HPACK table from then on (the first request is serialised first: stream ids
-    /// rise), and later values are sent unindexed with the name by index.
-    private var apnsIDNameIndexed = false
+    /// Requests until `apns-id` is indexed again (0: this one). Its name is then in the
+    /// connection's HPACK table (requests are serialised in the order built: stream ids rise),
+    /// and the unindexed values in between name it by its index. Once every 1,024 requests, so
+    /// that other indexed values (expirations, collapse ids) cannot push it out for good.
+    private var requestsUntilAPNsIDIndexed = 0
+    private var apnsIDNameIndexed: Bool { requestsUntilAPNsIDIndexed > 0 }
 
     enum Name: CaseIterable {
         case method, scheme, path, authority, pushType, topic, priority, expiration, collapseID, apnsID, authorization, channelID
@@ -115,9 +117,9 @@ public final class RequestHeaderBuilder {
         // Unique per notification: indexing it would only push the provider token and the
         // topic out of HPACK's 4 KB table (on both sides), so they would travel in full again.
         //
-        // The first one on the connection is indexed all the same, so that the header's name is in
-        // the table: each later one then names it by its index instead of spelling it out,
-        // Huffman-coded, for both sides to code and decode (`apnsIDNameIndexed`).
+        // One in 1,024 (the connection's first among them) is indexed all the same, so that the
+        // header's name is in the table: the others then name it by its index instead of spelling
+        // it out, Huffman-coded, for both sides to code and decode (`requestsUntilAPNsIDIndexed`).
         if let bits = notification.apnsIDBits {
             add(9, writer.append(uuid: bits), noIndex: apnsIDNameIndexed)
         } else if let apnsID = notification.apnsID {
@@ -125,7 +127,7 @@ public final class RequestHeaderBuilder {
         }
         if let authorization { add(10, writer.append(bytes: authorization)) }
         if writer.overflowed { return nil }
-        apnsIDNameIndexed = true
+        requestsUntilAPNsIDIndexed = requestsUntilAPNsIDIndexed == 0 ? 1_023 : requestsUntilAPNsIDIndexed - 1
         return body(nva, count)
     }
 
@@ -168,7 +170,7 @@ public final class RequestHeaderBuilder {
         }
         if let authorization { add(.authorization, writer.append(bytes: authorization)) }
         if writer.overflowed { return nil }
-        apnsIDNameIndexed = true
+        requestsUntilAPNsIDIndexed = requestsUntilAPNsIDIndexed == 0 ? 1_023 : requestsUntilAPNsIDIndexed - 1
         return body(nva, count)
     }
 

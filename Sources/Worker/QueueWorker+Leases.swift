@@ -62,6 +62,8 @@ struct PendingMove {
     let cursor: String?
     /// Set by `moveToPending`: tells the moves apart when Redis answers.
     var serial: UInt64 = 0
+    /// Sent and not answered yet.
+    var sending = false
 }
 
 /// What an outcome batch's lease entries need once Redis answers: per lease, the local lease and
@@ -136,19 +138,27 @@ extension QueueChannel {
     /// after a failover lost the older read) now belong to `lease` alone, so their outcomes set
     /// positions in the lease that exists; the older lease marks them moved (a newer read starts
     /// after the older one's last entry otherwise, and this costs one comparison per lease).
-    /// Returns the older leases left with nothing to settle (removed; their fields are deleted).
-    func takeOver(for lease: LocalLease) -> [LocalLease] {
-        guard !leasesInOrder, let first = lease.ids.first, leases.count > 1 else { return [] }
+    /// Returns the positions taken from older leases, to be set there in Redis should an older
+    /// lease still exist (then it is not released with entries the newer one holds), and the older
+    /// leases left with nothing to settle (removed; their fields are deleted).
+    func takeOver(for lease: LocalLease) -> (taken: [(field: String, read: Int, last: StreamEntryID, mask: [UInt8])], emptied: [LocalLease]) {
+        guard !leasesInOrder, let first = lease.ids.first, leases.count > 1 else { return ([], []) }
+        var taken: [(field: String, read: Int, last: StreamEntryID, mask: [UInt8])] = []
         var emptied: [LocalLease] = []
         for older in leases.dropLast() {
             guard let last = older.ids.last, first <= last else { continue }
+            var mask: [UInt8] = []
             for id in lease.ids {
-                if let position = older.position(of: id), !older.isMoved(position) { older.markMoved(position..<position + 1) }
+                if let position = older.position(of: id), !older.isMoved(position) {
+                    older.markMoved(position..<position + 1)
+                    StreamLease.set(position, in: &mask)
+                }
             }
+            if !mask.isEmpty { taken.append((older.field, older.ids.count, last, mask)) }
             if older.unsettled <= 0 { emptied.append(older) }
         }
         for older in emptied { removeLease(older) }
-        return emptied
+        return (taken, emptied)
     }
 
     func removeLease(_ lease: LocalLease) {
@@ -255,7 +265,13 @@ extension QueueWorker {
         }
         let lease = LocalLease(sequence: sequence, field: field, ids: entries.map(\.id))
         channel.addLease(lease)
-        for emptied in channel.takeOver(for: lease) { deleteLease(channel, emptied) }
+        let takenOver = channel.takeOver(for: lease)
+        if !takenOver.taken.isEmpty {
+            // Usually gone (the failover lost the older read); where one exists, its positions
+            // now read as finished, so releasing it does not hand out what the newer lease holds.
+            channel.writer?.send(QueueScripts.leaseFinishCommand(leases: channel.keys.leases, takenOver.taken))
+        }
+        for older in takenOver.emptied { deleteLease(channel, older) }
         let (taken, deferredAfter) = QueueWorker.deferringOverBudget(entries)
         if let deferredAfter {
             // The reply outgrew its byte budget: the entries past it are read again, fewer at a
@@ -321,8 +337,10 @@ extension QueueWorker {
     }
 
     /// Sends the moves not confirmed yet (after a reconnect, at a claim tick).
+    /// A move whose last send is unanswered is not sent again: sent after an outcome batch of its
+    /// entries, it would put them back in the pending list, finished.
     func resendPendingMoves(_ channel: QueueChannel) {
-        for move in channel.pendingMoves { sendMove(channel, move) }
+        for move in channel.pendingMoves where !move.sending { sendMove(channel, move) }
     }
 
     private func sendMove(_ channel: QueueChannel, _ move: PendingMove) {
@@ -344,8 +362,10 @@ extension QueueWorker {
         if let lease = move.lease { writer.send(QueueScripts.leaseFinishCommand(leases: keys.leases, [lease])) }
         if let field = move.deleteField { writer.send(["HDEL", keys.leases, field]) }
         let serial = move.serial
+        if let index = channel.pendingMoves.firstIndex(where: { $0.serial == serial }) { channel.pendingMoves[index].sending = true }
         writer.send(["EXEC"]) { [weak self, weak channel] result in
             guard let self, let channel else { return }
+            if let index = channel.pendingMoves.firstIndex(where: { $0.serial == serial }) { channel.pendingMoves[index].sending = false }
             guard case .success(.array(let replies)) = result else {
                 if case .success(.error(let message)) = result { self.handleRedisError(message, channel: channel) }
                 return  // sent again at the next claim tick or reconnect

@@ -424,6 +424,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         channel.readInFlight = false
         channel.leaseReadInFlight = nil
         channel.pendingReadInFlight = false
+        channel.pendingReadAgain = false
         channel.confirmedDuringPendingRead.removeAll()
         channel.claimInFlight = false
         channel.groupReady = false
@@ -452,6 +453,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         channel.readInFlight = false
         channel.leaseReadInFlight = nil
         channel.pendingReadInFlight = false
+        channel.pendingReadAgain = false
         channel.confirmedDuringPendingRead.removeAll()
         channel.claimInFlight = false
         channel.groupReady = false
@@ -485,6 +487,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         channel.readInFlight = false
         channel.leaseReadInFlight = nil
         channel.pendingReadInFlight = false
+        channel.pendingReadAgain = false
         channel.confirmedDuringPendingRead.removeAll()
         channel.claimInFlight = false
         guard phase == .running || phase == .draining else { return }
@@ -594,8 +597,10 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         var acknowledged = Set<StreamEntryID>()
         var remaining = batches.reduce(0) { $0 + $1.entries.count }
         var failed = false
+        var replayed = false
         let replay = { [weak self, weak channel] in
-            guard let self, let channel, !failed else { return }
+            guard let self, let channel, !failed, !replayed else { return }
+            replayed = true
             for batch in batches {
                 let entries = batch.entries.filter { !acknowledged.contains($0.entryID) }
                 if entries.isEmpty {
@@ -639,10 +644,21 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 if remaining == 0 { replay() }
             }
         }
+        // Entries read without a lease whose move to the pending list Redis has not confirmed:
+        // not being pending says nothing about their batch (the move may never have run), so
+        // their batches are written again (at worst their writes twice, never none).
+        var unmoved = StreamEntryIDSet()
+        for move in channel.pendingMoves where move.cursor == nil {
+            for id in move.ids { unmoved.insert(id) }
+        }
         for batch in batches {
             for entry in batch.entries {
                 let id = entry.entryID
                 if channel.lease(containing: id) != nil { continue }
+                if !unmoved.isEmpty && unmoved.contains(id) {
+                    remaining -= 1
+                    continue
+                }
                 writer.send(argumentCount: 6, { builder in
                     builder.add("XPENDING"); builder.add(keys.jobs); builder.add(keys.group)
                     builder.add(entryMilliseconds: id.milliseconds, sequence: id.sequence)
@@ -659,6 +675,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 }
             }
         }
+        if remaining == 0 { replay() }  // nothing was asked (every entry was in an unconfirmed move)
     }
 
     /// Whether `message` makes the queue reconnect (`notWritableMaster`) rather than go on.
@@ -902,11 +919,13 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 channel.redirectsInARow = 0
                 channel.active = !read.isEmpty
                 let (entries, deferredAfter) = QueueWorker.deferringOverBudget(read)
+                var restarted = false
                 if channel.recoveringPending && !waiting {
                     if channel.pendingReadAgain {
                         // Entries joined the pending list while this read was out: from its start again.
                         channel.pendingReadAgain = false
                         channel.pendingCursor = "0"
+                        restarted = true
                     } else if read.isEmpty {
                         channel.recoveringPending = false
                     } else if let last = entries.last {
@@ -917,7 +936,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                     // The reply outgrew its byte budget: the entries past it stay pending and are
                     // read again, fewer at a time (the estimate just grew), from the pending list.
                     channel.recoveringPending = true
-                    channel.pendingCursor = deferredAfter.description
+                    // A restart from the beginning (above) covers them too, and the entries that
+                    // joined below them.
+                    if !restarted { channel.pendingCursor = deferredAfter.description }
                 }
                 self.take(finishedMeanwhile.isEmpty ? entries : entries.filter { !finishedMeanwhile.contains($0.id) },
                           queue: channel.index, deliveries: nil)
