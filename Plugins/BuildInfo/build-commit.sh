@@ -1,6 +1,7 @@
 #!/bin/sh
 # Writes the git commit of the package at $1 into the Swift file $2 (run by the BuildInfo plugin
-# on every build). Order: git (12 hex digits of HEAD), else $HERALD_COMMIT, else "unknown".
+# whenever the repository's HEAD or its reflog changed, and on a first build). Order: git (12 hex
+# digits of HEAD), else $HERALD_COMMIT, else "unknown".
 # The file is replaced only when its text changes, so an unchanged commit recompiles nothing.
 set -u
 package="$1"
@@ -15,7 +16,7 @@ fi
 commit=$(printf '%s' "$commit" | tr -cd 'A-Za-z0-9._+-' | cut -c1-64)
 [ -n "$commit" ] || commit="unknown"
 mkdir -p "$(dirname "$file")"
-text="// Written by Plugins/BuildInfo/build-commit.sh on every build; not in git.
+text="// Written by Plugins/BuildInfo/build-commit.sh; not in git.
 let buildCommit = \"$commit\""
 if [ -f "$file" ] && [ "$(cat "$file")" = "$text" ]; then
     exit 0
