@@ -55,12 +55,15 @@ public struct OutcomeBatch: Sendable {
 
     /// How a batch's entries are acknowledged: the entries read under a lease by setting their
     /// positions (`StreamLease`), the others (read from the pending list, claimed) by `XACK`.
+    /// Positions to set in one lease (`QueueScripts.leaseFinish`): its field, how many entries its
+    /// read returned and the last of them, and the positions (a hex mask, see `StreamLease`).
+    public typealias LeasePositions = (field: String, read: Int, last: StreamEntryID, mask: [UInt8])
+
     public struct Acknowledgement: Sendable {
         /// Entries acknowledged with `XACK`.
         public var pending: [StreamEntryID] = []
-        /// Per lease: its field, how many entries its read returned and the last of them, and the
-        /// positions finished in this batch (a hex mask, see `StreamLease`).
-        public var leases: [(field: String, read: Int, last: StreamEntryID, mask: [UInt8])] = []
+        /// Per lease, the positions finished in this batch.
+        public var leases: [LeasePositions] = []
 
         public init() {}
     }

@@ -108,7 +108,7 @@ public enum StreamLease {
 extension QueueScripts {
     /// `EVAL leaseFinish 1 <leases> (<field> <read> <last> <mask>)…` for `leases` (see `leaseFinish`).
     public static func leaseFinishCommand(leases key: String,
-                                          _ leases: [(field: String, read: Int, last: StreamEntryID, mask: [UInt8])]) -> [String] {
+                                          _ leases: [OutcomeBatch.LeasePositions]) -> [String] {
         var arguments = ["EVAL", leaseFinish, "1", key]
         arguments.reserveCapacity(4 + 4 * leases.count)
         for lease in leases {

@@ -25,6 +25,11 @@ public final class RequestHeaderBuilder {
     private var requestsUntilAPNsIDIndexed = 0
     private var apnsIDNameIndexed: Bool { requestsUntilAPNsIDIndexed > 0 }
 
+    /// A request's headers were built (and go to nghttp2): one less until the next indexed apns-id.
+    private func countAPNsIDSent() {
+        requestsUntilAPNsIDIndexed = requestsUntilAPNsIDIndexed == 0 ? 1_023 : requestsUntilAPNsIDIndexed - 1
+    }
+
     enum Name: CaseIterable {
         case method, scheme, path, authority, pushType, topic, priority, expiration, collapseID, apnsID, authorization, channelID
         var text: String {
@@ -114,8 +119,8 @@ public final class RequestHeaderBuilder {
         }
         if let expiration = notification.expiration { add(7, writer.append(integer: expiration)) }
         if let collapseID = notification.collapseID { add(8, writer.append(collapseID)) }
-        // Unique per notification: indexing it would only push the provider token and the
-        // topic out of HPACK's 4 KB table (on both sides), so they would travel in full again.
+        // Unique per notification: indexing it would only push the topic, push type and authority
+        // out of HPACK's 4 KB table (on both sides), so they would travel in full again.
         //
         // One in 1,024 (the connection's first among them) is indexed all the same, so that the
         // header's name is in the table: the others then name it by its index instead of spelling
@@ -127,7 +132,7 @@ public final class RequestHeaderBuilder {
         }
         if let authorization { add(10, writer.append(bytes: authorization)) }
         if writer.overflowed { return nil }
-        requestsUntilAPNsIDIndexed = requestsUntilAPNsIDIndexed == 0 ? 1_023 : requestsUntilAPNsIDIndexed - 1
+        countAPNsIDSent()
         return body(nva, count)
     }
 
@@ -170,7 +175,7 @@ public final class RequestHeaderBuilder {
         }
         if let authorization { add(.authorization, writer.append(bytes: authorization)) }
         if writer.overflowed { return nil }
-        requestsUntilAPNsIDIndexed = requestsUntilAPNsIDIndexed == 0 ? 1_023 : requestsUntilAPNsIDIndexed - 1
+        countAPNsIDSent()
         return body(nva, count)
     }
 

@@ -51,10 +51,10 @@ final class LocalLease {
 /// confirms the move (`QueueWorker.moveToPending`).
 struct PendingMove {
     /// The entries to move. For a move of entries this worker holds (`cursor` nil), those whose
-    /// outcome batch has been sent leave it (`QueueWorker.dropFromUnleasedMoves`).
+    /// outcome batch Redis confirmed leave it (`QueueWorker.dropFromUnleasedMoves`).
     var ids: [StreamEntryID]
     /// The lease they leave (its positions are set), or nil.
-    let lease: (field: String, read: Int, last: StreamEntryID, mask: [UInt8])?
+    let lease: OutcomeBatch.LeasePositions?
     /// A lease field to delete with the move (a read whose lease did not cover it), or nil.
     let deleteField: String?
     /// Where the pending-list read starts once they are there; nil when the worker holds them
@@ -141,9 +141,9 @@ extension QueueChannel {
     /// Returns the positions taken from older leases, to be set there in Redis should an older
     /// lease still exist (then it is not released with entries the newer one holds), and the older
     /// leases left with nothing to settle (removed; their fields are deleted).
-    func takeOver(for lease: LocalLease) -> (taken: [(field: String, read: Int, last: StreamEntryID, mask: [UInt8])], emptied: [LocalLease]) {
+    func takeOver(for lease: LocalLease) -> (taken: [OutcomeBatch.LeasePositions], emptied: [LocalLease]) {
         guard !leasesInOrder, let first = lease.ids.first, leases.count > 1 else { return ([], []) }
-        var taken: [(field: String, read: Int, last: StreamEntryID, mask: [UInt8])] = []
+        var taken: [OutcomeBatch.LeasePositions] = []
         var emptied: [LocalLease] = []
         for older in leases.dropLast() {
             guard let last = older.ids.last, first <= last else { continue }
@@ -291,9 +291,8 @@ extension QueueWorker {
     }
 
     /// Entries a read returned without a lease that covers them: those within the reply's byte
-    /// budget are sent now and put in the pending list (sent once: it only keeps them should the
-    /// worker stop), those past it go to the pending list to be read from there; the lease field
-    /// goes.
+    /// budget are sent now and put in the pending list (which only keeps them should the worker
+    /// stop), those past it go to the pending list to be read from there; the lease field goes.
     private func takeUnleased(_ channel: QueueChannel, _ entries: [StreamRecord], field: String) {
         let (taken, deferredAfter) = QueueWorker.deferringOverBudget(entries)
         moveToPending(channel, PendingMove(ids: taken.map(\.id), lease: nil, deleteField: field, cursor: nil))
@@ -326,14 +325,11 @@ extension QueueWorker {
     /// lease that Redis has not confirmed; a move left with nothing goes (its placeholder lease
     /// field with it).
     func dropFromUnleasedMoves(_ finished: StreamEntryIDSet, channel: QueueChannel) {
-        var emptied: [PendingMove] = []
         for index in channel.pendingMoves.indices where channel.pendingMoves[index].cursor == nil {
             channel.pendingMoves[index].ids.removeAll { finished.contains($0) }
-            if channel.pendingMoves[index].ids.isEmpty { emptied.append(channel.pendingMoves[index]) }
         }
-        guard !emptied.isEmpty else { return }
-        channel.pendingMoves.removeAll { move in emptied.contains { $0.serial == move.serial } }
-        for move in emptied { sendMove(channel, move) }  // the placeholder's HDEL only
+        // An emptied move only removes its placeholder (and itself: `sendMove`).
+        for move in channel.pendingMoves where move.cursor == nil && move.ids.isEmpty { sendMove(channel, move) }
     }
 
     /// Sends the moves not confirmed yet (after a reconnect, at a claim tick).
@@ -460,7 +456,8 @@ extension QueueWorker {
 
     /// Deletes the field of `lease`, every position of which Redis confirmed (set, or moved to the
     /// pending list), if Redis has every bit (`QueueScripts.leaseDelete`: after a failover the new
-    /// master may not, and the lease then stays, to be released to the pending list once idle).
+    /// master may not, and the lease then stays, to be released to the pending list at the next
+    /// claim tick, as a lease this worker no longer holds).
     /// Not confirmed: a worker that stops first leaves a lease with nothing to release, which the
     /// next release removes.
     func deleteLease(_ channel: QueueChannel, _ lease: LocalLease) {

@@ -421,12 +421,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             connection?.delegate = nil
             connection?.close()
         }
-        channel.readInFlight = false
-        channel.leaseReadInFlight = nil
-        channel.pendingReadInFlight = false
-        channel.pendingReadAgain = false
-        channel.confirmedDuringPendingRead.removeAll()
-        channel.claimInFlight = false
+        channel.forgetRequestsInFlight()
         channel.groupReady = false
     }
 
@@ -450,12 +445,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         writer.delegate = self
         channel.reader = reader
         channel.writer = writer
-        channel.readInFlight = false
-        channel.leaseReadInFlight = nil
-        channel.pendingReadInFlight = false
-        channel.pendingReadAgain = false
-        channel.confirmedDuringPendingRead.removeAll()
-        channel.claimInFlight = false
+        channel.forgetRequestsInFlight()
         channel.groupReady = false
         channel.waitsForJobs = false
         reader.connect()
@@ -484,12 +474,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         channel.writer = nil
         other?.delegate = nil
         other?.close()
-        channel.readInFlight = false
-        channel.leaseReadInFlight = nil
-        channel.pendingReadInFlight = false
-        channel.pendingReadAgain = false
-        channel.confirmedDuringPendingRead.removeAll()
-        channel.claimInFlight = false
+        channel.forgetRequestsInFlight()
         guard phase == .running || phase == .draining else { return }
         // A node that went away may have been failed over: read the slot map again first.
         cluster?.invalidate()
@@ -1306,6 +1291,16 @@ final class QueueChannel {
     var readInFlight = false
     /// The lease number of the leased read in flight, if one is.
     var leaseReadInFlight: UInt64?
+
+    /// The connections went (or are replaced): nothing sent on them is in flight any more.
+    func forgetRequestsInFlight() {
+        readInFlight = false
+        leaseReadInFlight = nil
+        pendingReadInFlight = false
+        pendingReadAgain = false
+        confirmedDuringPendingRead.removeAll()
+        claimInFlight = false
+    }
     /// Set while a read of the pending list (not `>`) is in flight. Entries whose outcome batch
     /// Redis confirms meanwhile go into `confirmedDuringPendingRead`: the read and the batch travel
     /// on two connections, so the read may have run first, and such entries in its reply were
