@@ -93,6 +93,9 @@ public final class ConnectionPool: APNsConnectionDelegate {
     public let loop: EventLoop
     public let configuration: PoolConfiguration
     public weak var delegate: (any ConnectionPoolDelegate)?
+    /// Handed to each connection it opens (`APNsConnection.prefetcher`): told which contexts are
+    /// about to complete.
+    public var prefetcher: (any CompletionPrefetching)?
     public let tokens: ProviderTokenSource?
     /// Reloads the key or certificate before each probe of a halted pool.
     public var credentialsReloader: CredentialsReloader?
@@ -306,6 +309,7 @@ public final class ConnectionPool: APNsConnectionDelegate {
             loop: loop, host: configuration.host, port: configuration.port, tlsContext: tlsContext,
             maxStreams: configuration.maxStreams, identifier: index)
         connection.delegate = self
+        connection.prefetcher = prefetcher
         connection.responseTimeoutMilliseconds = configuration.responseTimeoutMilliseconds
         connection.pingIntervalMilliseconds = configuration.pingIntervalMilliseconds
         connection.pingTimeoutMilliseconds = min(10_000, configuration.pingIntervalMilliseconds)

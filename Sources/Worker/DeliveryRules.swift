@@ -209,7 +209,23 @@ public final class DeliveryRules {
     /// Recycled (`freeRecords`): a finished job's record holds the next job read, through
     /// `reuse(job:lane:queue:)`, which must reset every stored property (add new ones there).
     final class JobRecord {
-        private(set) var job: Job
+        /// The job, from `admit` until `finish` frees it (nil in a record waiting for reuse): it is
+        /// freed while `answered` has it in cache, not when the record is next taken, by which time
+        /// it, its fields and its token have long left the caches.
+        private var current: Job? {
+            didSet { jobAddress = current.map { UnsafeRawPointer(Unmanaged.passUnretained($0).toOpaque()) } }
+        }
+        var job: Job { current! }
+        /// `job`'s address, for `prefetch(contexts:)` (read without retaining anything).
+        private(set) var jobAddress: UnsafeRawPointer?
+        // What the usual answer (accepted, no collapse id) needs of the job, kept here so that
+        // answer reads the record alone.
+        private(set) var entryID: StreamEntryID
+        private(set) var enqueuedAt: Int64
+        private(set) var tokenCount: Int
+        /// The attempts the job's entry states (never below 0).
+        private(set) var readAttempts: Int
+        private(set) var hasCollapseID: Bool
         private(set) var lane: Int
         /// The queue (index) the job was read from: its outcomes are written to that queue's keys.
         private(set) var queue: Int
@@ -237,18 +253,29 @@ public final class DeliveryRules {
         var onOtherEnvironment: [Bool] = []
 
         init(job: Job, lane: Int, queue: Int) {
-            self.job = job
+            current = job
+            jobAddress = UnsafeRawPointer(Unmanaged.passUnretained(job).toOpaque())
+            entryID = job.entryID
+            enqueuedAt = job.enqueuedAt
+            tokenCount = job.tokens.count
+            readAttempts = max(0, job.attempts)
+            hasCollapseID = job.template.collapseID != nil
             self.lane = lane
             self.queue = queue
-            remaining = job.tokens.count
+            remaining = tokenCount
         }
 
         /// This record, whose job finished, as a fresh record of `job`: every property as `init` sets it.
         func reuse(job: Job, lane: Int, queue: Int) {
-            self.job = job
+            current = job
+            entryID = job.entryID
+            enqueuedAt = job.enqueuedAt
+            tokenCount = job.tokens.count
+            readAttempts = max(0, job.attempts)
+            hasCollapseID = job.template.collapseID != nil
             self.lane = lane
             self.queue = queue
-            remaining = job.tokens.count
+            remaining = tokenCount
             // The usual job left every list empty: an assignment would still release and retain
             // the empty array's storage, a runtime call each.
             if !superseded.isEmpty { superseded = [] }
@@ -263,6 +290,11 @@ public final class DeliveryRules {
             if !results.isEmpty { results = [] }
             if !onOtherEnvironment.isEmpty { onOtherEnvironment = [] }
         }
+
+        /// Frees the finished job (the record is then only reused, through `reuse`).
+        func releaseJob() { current = nil }
+
+        var holdsJob: Bool { current != nil }
 
         func isSuperseded(_ tokenIndex: Int) -> Bool {
             !superseded.isEmpty && superseded[tokenIndex]
@@ -280,11 +312,11 @@ public final class DeliveryRules {
         }
 
         func attemptsBefore(_ tokenIndex: Int) -> Int {
-            tokenAttempts.isEmpty ? max(0, job.attempts) : tokenAttempts[tokenIndex]
+            tokenAttempts.isEmpty ? readAttempts : tokenAttempts[tokenIndex]
         }
 
         func setAttempts(_ tokenIndex: Int, _ attempts: Int) {
-            if tokenAttempts.isEmpty { tokenAttempts = Array(repeating: max(0, job.attempts), count: job.tokens.count) }
+            if tokenAttempts.isEmpty { tokenAttempts = Array(repeating: readAttempts, count: tokenCount) }
             tokenAttempts[tokenIndex] = attempts
         }
     }
@@ -339,6 +371,12 @@ public final class DeliveryRules {
     public var queueCount: Int { defaultsByQueue.count }
 
     public func isHeld(_ id: StreamEntryID, queue: Int = 0) -> Bool { heldEntries[queue].contains(id) }
+
+    /// Jobs the rules keep in memory: those with a token still unanswered, and any a finished
+    /// job's record kept by mistake (a finished job is freed when it finishes).
+    @_spi(Testing) public var jobsInMemory: Int {
+        jobs.reduce(0) { $0 + ($1?.holdsJob == true ? 1 : 0) } + freeRecords.reduce(0) { $0 + ($1.holdsJob ? 1 : 0) }
+    }
 
     /// Entries held: taken in and not yet confirmed acknowledged.
     public var heldCount: Int { heldEntries.reduce(0) { $0 + $1.count } }
@@ -576,9 +614,9 @@ public final class DeliveryRules {
                          uniqueID: UUIDBits? = nil) -> Bool {
         let index = Int(context >> 16)
         let tokenIndex = Int(context & 0xFFFF)
-        guard index < jobs.count, let record = jobs[index], tokenIndex < record.job.tokens.count else { return false }
-        let job = record.job
-        // Read where it is needed: the usual answer (accepted, no collapse id) never touches it.
+        guard index < jobs.count, let record = jobs[index], tokenIndex < record.tokenCount else { return false }
+        // Read where they are needed: the usual answer (accepted, no collapse id) touches the record alone.
+        var job: Job { record.job }
         var token: String { job.tokens[tokenIndex] }
         let before = record.attemptsBefore(tokenIndex)
         let attempts: Int
@@ -596,8 +634,8 @@ public final class DeliveryRules {
                 noteResult(record, tokenIndex: tokenIndex, status: ResultEntry.Status.accepted, reason: nil, httpStatus: 200,
                            uniqueID: uniqueID, attempts: attempts, now: now)
             }
-            queueCounters[record.queue].apps[record.lane].endToEndLatency.record(milliseconds: now.subtractingSaturating(job.enqueuedAt))
-            if let collapseID = job.template.collapseID {
+            queueCounters[record.queue].apps[record.lane].endToEndLatency.record(milliseconds: now.subtractingSaturating(record.enqueuedAt))
+            if record.hasCollapseID, let collapseID = job.template.collapseID {
                 let key = DeliveryRules.collapseKey(collapseID, token)
                 if acceptedCollapse[record.queue].count > 200_000 { acceptedCollapse[record.queue].removeAll() }
                 if (acceptedCollapse[record.queue][key] ?? StreamEntryID(milliseconds: 0, sequence: 0)) < job.originID {
@@ -815,13 +853,17 @@ public final class DeliveryRules {
         // Moved out of the table (no retain and release of the record).
         guard let record = jobs[index].take() else { return }
         freeJobIndices.append(index)
-        // Nothing holds a record once it left the table; its writes are built below before reuse.
-        defer { freeRecords.append(record) }
+        // Nothing holds a record once it left the table; its writes are built below, before its
+        // job is freed.
+        defer {
+            record.releaseJob()
+            freeRecords.append(record)
+        }
         let queue = record.queue
         queueCounters[queue].jobsFinished += 1
-        let job = record.job
         let dueAt = now.addingSaturating(record.retryDelay)
-        if !record.retryTokens.isEmpty, DeliveryRules.hasExpired(job.template.expiration, by: dueAt) {
+        if !record.retryTokens.isEmpty, DeliveryRules.hasExpired(record.job.template.expiration, by: dueAt) {
+            let job = record.job
             // The job ends later than its tokens were put back: its retry would now be due after its expiration.
             for token in record.retryTokens {
                 record.deadLetters.append((token, "expired",
@@ -834,9 +876,10 @@ public final class DeliveryRules {
         if record.receipts && !record.deadLetters.isEmpty { addDeadLetterResults(record, now: now) }
         if record.feedback.isEmpty && record.deadLetters.isEmpty && record.retryTokens.isEmpty && record.results.isEmpty {
             // Every token accepted or superseded (the usual job): only the acknowledgement.
-            addFinishing(EntryOutcome(entryID: job.entryID), queue: queue)
+            addFinishing(EntryOutcome(entryID: record.entryID), queue: queue)
             return
         }
+        let job = record.job
         var writes: [OutcomeWrite] = []
         for draft in record.feedback { writes.append(.feedback(draft)) }
         for draft in record.results { writes.append(.result(draft)) }
@@ -987,5 +1030,33 @@ public final class DeliveryRules {
     /// held meanwhile.
     public func redisReconnected(queue: Int = 0) -> [OutcomeBatch] {
         unconfirmed.filter { $0.queue == queue }
+    }
+}
+
+extension DeliveryRules: CompletionPrefetching {
+    /// Starts loading the record and the job of each context about to be answered, all of them
+    /// before the first answer is read: with thousands of notifications in flight, both have left
+    /// the caches by then, and loaded one answer at a time each waited on its own. The table is
+    /// read as addresses: binding a record would retain it, a write to the very line being loaded.
+    public func prefetch(contexts: UnsafeBufferPointer<UInt64>) {
+        jobs.withUnsafeBufferPointer { table in
+            guard let base = table.baseAddress else { return }
+            let addresses = UnsafeRawPointer(base)
+            for context in contexts {
+                let index = Int(context >> 16)
+                guard index < table.count,
+                      let record = UnsafeRawPointer(bitPattern: addresses.load(fromByteOffset: index * 8, as: UInt.self)) else { continue }
+                prefetchForWrite(record)
+                prefetchForWrite(record + 64)
+                prefetchForWrite(record + 128)
+            }
+            for context in contexts {
+                let index = Int(context >> 16)
+                guard index < table.count,
+                      let record = UnsafeRawPointer(bitPattern: addresses.load(fromByteOffset: index * 8, as: UInt.self)) else { continue }
+                guard let job = Unmanaged<JobRecord>.fromOpaque(record)._withUnsafeGuaranteedRef({ $0.jobAddress }) else { continue }
+                for line in 0..<6 { prefetchForWrite(job + 64 * line) }
+            }
+        }
     }
 }

@@ -177,7 +177,10 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                               sandboxTwins: sandboxTwins, broadcastTwins: broadcastTwins)
         rules.urgentQueues = streams.map(\.isUrgentLane)
         rules.resultsByQueue = streams.map { configuration.results.includes($0.queue) }
-        for lane in lanes { lane.pool.delegate = self }
+        for lane in lanes {
+            lane.pool.delegate = self
+            lane.pool.prefetcher = rules
+        }
     }
 
     // MARK: lifecycle

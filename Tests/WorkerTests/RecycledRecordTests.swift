@@ -1,7 +1,7 @@
 import APNs
 import Queue
 import Testing
-import Worker
+@_spi(Testing) import Worker
 
 /// `DeliveryRules` reuses a finished job's record for the next job it reads (one allocation less
 /// per job). A reused record must start clean: nothing of the finished job's outcomes, attempts or
@@ -28,6 +28,61 @@ struct RecycledJobRecords {
             rules.answered(context: send.context, attempts: send.attempts + 1, outcome: outcome(send.notification.deviceToken), now: now + 5)
         }
         return sent
+    }
+
+    @Test
+    func aFinishedJobIsFreedWhenItFinishesNotWhenItsRecordIsReused() throws {
+        let rules = DeliveryRules(policy: DeliveryPolicy(), apps: [("default", JobDefaults(bundleID: "com.example.app"))], seed: 3)
+        rules.entriesArrived((1...5).map { Self.entry(UInt64($0), tokens: [Self.token($0)]) }, deliveries: nil, now: Self.now)
+        #expect(rules.jobsInMemory == 5)
+        // Three answered: their jobs are gone at once, though no new entry has taken their records.
+        for _ in 0..<3 {
+            let send = try #require(rules.nextSend(lane: 0, now: Self.now))
+            rules.answered(context: send.context, attempts: 1, outcome: .accepted, now: Self.now + 5)
+        }
+        #expect(rules.jobsInMemory == 2, "a finished job stayed in memory until its record was reused")
+        Self.answerAll(rules) { _ in .accepted }
+        #expect(rules.jobsInMemory == 0)
+        // A dead letter is built from the job before it is freed: its fields are all there.
+        rules.entriesArrived([Self.entry(6, tokens: [Self.token(6)])], deliveries: nil, now: Self.now)
+        Self.answerAll(rules) { _ in .permanent(status: 400, reason: .badDeviceToken) }
+        #expect(rules.jobsInMemory == 0)
+        let batch = try #require(rules.takeBatch())
+        let letters = batch.entries.flatMap(\.writes).compactMap { write -> DeadLetter.Draft? in
+            if case .deadLetter(let draft) = write { return draft } else { return nil }
+        }
+        #expect(letters.count == 1)
+        #expect(letters.first?.fields.map(\.name) == ["token", "payload"], "the dead letter lost the job's fields")
+        #expect(rules.counters.accepted == 5 && rules.counters.deadLettered == 1)
+    }
+
+    /// `prefetch(contexts:)` reads the job table as raw addresses: contexts out of range, of
+    /// finished jobs, of recycled slots or of nothing at all must be passed over, and the hint
+    /// must change no outcome.
+    @Test
+    func prefetchingAnyContextChangesNothing() throws {
+        let rules = DeliveryRules(policy: DeliveryPolicy(), apps: [("default", JobDefaults(bundleID: "com.example.app"))], seed: 4)
+        func hint(_ contexts: [UInt64]) { contexts.withUnsafeBufferPointer { rules.prefetch(contexts: $0) } }
+        hint([0, 1, .max, UInt64(Int.max), 1 << 16, 12_345 << 16 | 7])
+        rules.entriesArrived((1...4).map { Self.entry(UInt64($0), tokens: [Self.token($0), Self.token($0 + 20)]) },
+                             deliveries: nil, now: Self.now)
+        var sends: [NotificationSend] = []
+        while let send = rules.nextSend(lane: 0, now: Self.now) { sends.append(send) }
+        #expect(sends.count == 8)
+        let contexts = sends.map(\.context)
+        // Every context, again after the first job finished (its slot then empty), and garbage.
+        hint(contexts + [.max, 0xFFFF_FFFF_FFFF])
+        rules.answered(context: sends[0].context, attempts: 1, outcome: .accepted, now: Self.now + 5)
+        rules.answered(context: sends[1].context, attempts: 1, outcome: .accepted, now: Self.now + 5)
+        hint(contexts + contexts.map { $0 | 0xFFFF } + [.max])
+        for send in sends.dropFirst(2) {
+            rules.answered(context: send.context, attempts: 1, outcome: .accepted, now: Self.now + 5)
+            hint(contexts)
+        }
+        #expect(rules.counters.accepted == 8)
+        #expect(rules.jobsInMemory == 0)
+        let batch = try #require(rules.takeBatch())
+        #expect(batch.entries.map(\.entryID.sequence).sorted() == [1, 2, 3, 4])
     }
 
     @Test

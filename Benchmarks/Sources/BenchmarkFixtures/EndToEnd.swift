@@ -70,6 +70,7 @@ public final class EndToEnd: APNsConnectionDelegate {
         responder = InMemoryAPNsResponder(loop: loop, status: 200, maxConcurrentStreams: UInt32(streams))
         redis = RedisConnection(loop: loop, endpoint: RedisEndpoint(host: "127.0.0.1", port: 6379))
         connection.delegate = self
+        connection.prefetcher = rules
         connection.setAuthorization(jwt: String(decoding: Fixtures.authorization.dropFirst(7), as: UTF8.self), generation: 1)
         try connection.startInMemory()
         try responder.startInMemory()

@@ -57,4 +57,8 @@ size_t herald_pool_held_bytes(const herald_pool *pool);
 size_t herald_pool_live_blocks(const herald_pool *pool);
 extern const size_t herald_pool_max_held_bytes;
 
+/// Asks the CPU to bring the cache line at `address` in for writing, without waiting for it: a
+/// hint with no effect on what the program computes, so any address is safe.
+static inline void herald_prefetch_for_write(const void *address) { __builtin_prefetch(address, 1, 3); }
+
 #endif
