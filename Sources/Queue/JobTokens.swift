@@ -20,6 +20,15 @@ public struct JobTokens: RandomAccessCollection, Equatable, Sendable, Expressibl
 
     public init(arrayLiteral elements: String...) { self.init(elements) }
 
+    /// Where the one token's bytes lie (in its string's object, after the header), or the
+    /// list's elements: for a prefetch hint, read without retaining anything.
+    var firstAddress: UnsafeRawPointer? {
+        switch storage {
+        case .one(let token): token.utf8Span.span.withUnsafeBufferPointer { UnsafeRawPointer($0.baseAddress) }
+        case .list(let tokens): tokens.withUnsafeBytes { $0.baseAddress }
+        }
+    }
+
     public var startIndex: Int { 0 }
 
     public var endIndex: Int {

@@ -24,6 +24,12 @@ public struct StreamFields: Sendable {
 
     public var isEmpty: Bool { count == 0 }
 
+    /// The address of the storage's first byte (its object's header lies just before), for a
+    /// prefetch hint; read without retaining the storage.
+    var storageAddress: UnsafeRawPointer? {
+        storage.withUnsafeBytes { $0.baseAddress }
+    }
+
     /// Packs `pairs` (names as `FieldName` spells them: escaped names become their bytes again).
     public init(_ pairs: [(name: String, value: [UInt8])]) {
         let names = pairs.map { FieldName.bytes($0.name) }

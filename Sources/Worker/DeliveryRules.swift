@@ -99,7 +99,7 @@ public final class DeliveryRules {
     private var freeJobIndices: [Int] = []
     /// Records of finished jobs, reused for the next jobs read (one allocation less per job).
     /// Never more than the table has slots: each stands for one finished job.
-    private var freeRecords: [JobRecord] = []
+    var freeRecords: [JobRecord] = []
     /// Per queue, entries taken in and not yet confirmed acknowledged: re-reading the pending
     /// list or a claim must not take them in (and send them) again. Per queue because two streams
     /// may hold the same entry id.
@@ -209,15 +209,13 @@ public final class DeliveryRules {
     /// Recycled (`freeRecords`): a finished job's record holds the next job read, through
     /// `reuse(job:lane:queue:)`, which must reset every stored property (add new ones there).
     final class JobRecord {
-        /// The job, from `admit` until `finish` frees it (nil in a record waiting for reuse): it is
-        /// freed while `answered` has it in cache, not when the record is next taken, by which time
-        /// it, its fields and its token have long left the caches.
-        private var current: Job? {
-            didSet { jobAddress = current.map { UnsafeRawPointer(Unmanaged.passUnretained($0).toOpaque()) } }
+        /// The job; a finished job stays until the record is reused (freeing jobs as answers come,
+        /// in bursts, sent glibc's malloc and free down their slow paths, coalescing chunks).
+        private(set) var job: Job {
+            didSet { jobAddress = UnsafeRawPointer(Unmanaged.passUnretained(job).toOpaque()) }
         }
-        var job: Job { current! }
-        /// `job`'s address, for `prefetch(contexts:)` (read without retaining anything).
-        private(set) var jobAddress: UnsafeRawPointer?
+        /// `job`'s address, for the prefetch hints (read without retaining anything).
+        private(set) var jobAddress: UnsafeRawPointer
         // What the usual answer (accepted, no collapse id) needs of the job, kept here so that
         // answer reads the record alone.
         private(set) var entryID: StreamEntryID
@@ -253,7 +251,7 @@ public final class DeliveryRules {
         var onOtherEnvironment: [Bool] = []
 
         init(job: Job, lane: Int, queue: Int) {
-            current = job
+            self.job = job
             jobAddress = UnsafeRawPointer(Unmanaged.passUnretained(job).toOpaque())
             entryID = job.entryID
             enqueuedAt = job.enqueuedAt
@@ -267,7 +265,7 @@ public final class DeliveryRules {
 
         /// This record, whose job finished, as a fresh record of `job`: every property as `init` sets it.
         func reuse(job: Job, lane: Int, queue: Int) {
-            current = job
+            self.job = job
             entryID = job.entryID
             enqueuedAt = job.enqueuedAt
             tokenCount = job.tokens.count
@@ -291,10 +289,6 @@ public final class DeliveryRules {
             if !onOtherEnvironment.isEmpty { onOtherEnvironment = [] }
         }
 
-        /// Frees the finished job (the record is then only reused, through `reuse`).
-        func releaseJob() { current = nil }
-
-        var holdsJob: Bool { current != nil }
 
         func isSuperseded(_ tokenIndex: Int) -> Bool {
             !superseded.isEmpty && superseded[tokenIndex]
@@ -372,12 +366,6 @@ public final class DeliveryRules {
 
     public func isHeld(_ id: StreamEntryID, queue: Int = 0) -> Bool { heldEntries[queue].contains(id) }
 
-    /// Jobs the rules keep in memory: those with a token still unanswered, and any a finished
-    /// job's record kept by mistake (a finished job is freed when it finishes).
-    @_spi(Testing) public var jobsInMemory: Int {
-        jobs.reduce(0) { $0 + ($1?.holdsJob == true ? 1 : 0) } + freeRecords.reduce(0) { $0 + ($1.holdsJob ? 1 : 0) }
-    }
-
     /// Entries held: taken in and not yet confirmed acknowledged.
     public var heldCount: Int { heldEntries.reduce(0) { $0 + $1.count } }
 
@@ -397,9 +385,15 @@ public final class DeliveryRules {
     /// Entries read (`deliveries` nil) or claimed from another consumer (with their delivery
     /// counts): decodes them, dead-letters the malformed and the hopeless, queues the rest.
     public func entriesArrived(_ entries: [StreamRecord], queue: Int = 0, deliveries: [StreamEntryID: Int]?, now: Int64) {
+        // The records these entries take hold finished jobs, freed as each is taken, long after
+        // they left the caches: each job's lines are loaded two entries ahead, the objects it
+        // owns one entry ahead (that needs its lines), so freeing it waits on neither.
+        prefetchFinishedJob(upcoming: 0)
         // By index, each entry read where it lies: `for entry in` copied each one (a retain and
         // a release of its buffers), and so did binding its fields to a local.
         for position in entries.indices {
+            prefetchFinishedJob(upcoming: 1)
+            prefetchFinishedJobsObjects()
             let entryID = entries[position].id
             // Held from here on: every path below ends in a queued token or an outcome, and the
             // entry leaves `heldEntries` only when its batch is confirmed.
@@ -853,12 +847,8 @@ public final class DeliveryRules {
         // Moved out of the table (no retain and release of the record).
         guard let record = jobs[index].take() else { return }
         freeJobIndices.append(index)
-        // Nothing holds a record once it left the table; its writes are built below, before its
-        // job is freed.
-        defer {
-            record.releaseJob()
-            freeRecords.append(record)
-        }
+        // Nothing holds a record once it left the table; its writes are built below before reuse.
+        defer { freeRecords.append(record) }
         let queue = record.queue
         queueCounters[queue].jobsFinished += 1
         let dueAt = now.addingSaturating(record.retryDelay)
@@ -1033,6 +1023,29 @@ public final class DeliveryRules {
     }
 }
 
+extension DeliveryRules {
+    /// Prefetches the lines of the finished job held by the record `upcoming` places below the
+    /// top of `freeRecords` (the next one `admit` takes is at 0).
+    @inline(__always)
+    func prefetchFinishedJob(upcoming: Int) {
+        freeRecords.withUnsafeBufferPointer { records in
+            let position = records.count - 1 - upcoming
+            guard position >= 0 else { return }
+            let job = records[position].jobAddress
+            for line in 0..<6 { prefetchForWrite(job + 64 * line) }
+        }
+    }
+
+    /// Prefetches the objects owned by the finished job of the next record `admit` takes.
+    @inline(__always)
+    func prefetchFinishedJobsObjects() {
+        freeRecords.withUnsafeBufferPointer { records in
+            guard let record = records.last else { return }
+            Unmanaged<Job>.fromOpaque(record.jobAddress)._withUnsafeGuaranteedRef { $0.prefetchOwnedObjects { prefetchForWrite($0) } }
+        }
+    }
+}
+
 extension DeliveryRules: CompletionPrefetching {
     /// Starts loading the record and the job of each context about to be answered, all of them
     /// before the first answer is read: with thousands of notifications in flight, both have left
@@ -1054,7 +1067,7 @@ extension DeliveryRules: CompletionPrefetching {
                 let index = Int(context >> 16)
                 guard index < table.count,
                       let record = UnsafeRawPointer(bitPattern: addresses.load(fromByteOffset: index * 8, as: UInt.self)) else { continue }
-                guard let job = Unmanaged<JobRecord>.fromOpaque(record)._withUnsafeGuaranteedRef({ $0.jobAddress }) else { continue }
+                let job = Unmanaged<JobRecord>.fromOpaque(record)._withUnsafeGuaranteedRef { $0.jobAddress }
                 for line in 0..<6 { prefetchForWrite(job + 64 * line) }
             }
         }

@@ -37,4 +37,33 @@ struct JobTokensReading {
         let missing = JobDecoder.decode(entryID: id, fields: [("token", []), ("payload", payload)], defaults: JobDefaults(bundleID: "com.example.app"))
         guard case .failure(.missingToken) = missing else { Issue.record("an empty token is no token: \(missing)"); return }
     }
+
+    /// The prefetch hint names the headers freeing the job writes: its fields' storage (whose
+    /// bytes hold the payload) and its token's string, each 32 bytes before their bytes.
+    @Test
+    func thePrefetchHintNamesTheStorageAndTheTokenHeaders() throws {
+        let payload = Array(#"{"aps":{"alert":"x"}}"#.utf8)
+        let id = StreamEntryID(milliseconds: 1, sequence: 0)
+        let job = try JobDecoder.decode(entryID: id, fields: [("token", Array(Self.a.utf8)), ("payload", payload)],
+                                        defaults: JobDefaults(bundleID: "com.example.app")).get()
+        var hints: [UnsafeRawPointer] = []
+        job.prefetchOwnedObjects { hints.append($0) }
+        #expect(hints.count == 2)
+        let payloadStart = try #require(job.template.payload.withUnsafeBytes { $0.baseAddress })
+        let tokenStart = try #require(job.tokens[0].utf8Span.span.withUnsafeBufferPointer { $0.baseAddress })
+        if hints.count == 2 {
+            #expect(hints[0] + 32 <= payloadStart && payloadStart - hints[0] < 1024, "not the fields' storage")
+            #expect(hints[1] + 32 == UnsafeRawPointer(tokenStart), "not the token's header")
+        }
+        // A fan-out job's list, and a job whose every token is invalid: hints, no crash.
+        for tokens in ["\(Self.a),\(Self.b)", "zz,yy"] {
+            let fanOut = JobDecoder.decode(entryID: id, fields: [("tokens", Array(tokens.utf8)), ("payload", payload)],
+                                           defaults: JobDefaults(bundleID: "com.example.app"))
+            if case .success(let job) = fanOut {
+                var count = 0
+                job.prefetchOwnedObjects { _ in count += 1 }
+                #expect(count == 2)
+            }
+        }
+    }
 }
