@@ -391,9 +391,11 @@ public final class DeliveryRules {
         prefetchFinishedJob(upcoming: 0)
         // By index, each entry read where it lies: `for entry in` copied each one (a retain and
         // a release of its buffers), and so did binding its fields to a local.
+        if !entries.isEmpty { heldEntries[queue].prefetch(entries[0].id) }
         for position in entries.indices {
             prefetchFinishedJob(upcoming: 1)
             prefetchFinishedJobsObjects()
+            if position + 1 < entries.count { heldEntries[queue].prefetch(entries[position + 1].id) }
             let entryID = entries[position].id
             // Held from here on: every path below ends in a queued token or an outcome, and the
             // entry leaves `heldEntries` only when its batch is confirmed.
@@ -1003,9 +1005,14 @@ public final class DeliveryRules {
     public func confirmed(_ sequence: UInt64, each: ((StreamEntryID) -> Void)? = nil) {
         guard let position = unconfirmed.firstIndex(where: { $0.sequence == sequence }) else { return }
         var batch = unconfirmed.remove(at: position)
-        for entry in batch.entries {
-            heldEntries[batch.queue].remove(entry.entryID)
-            each?(entry.entryID)
+        // Each removal's slot is loaded a few entries ahead (`StreamEntryIDSet.prefetch`).
+        let ahead = 8
+        for index in 0..<min(ahead, batch.entries.count) { heldEntries[batch.queue].prefetch(batch.entries[index].entryID) }
+        for index in batch.entries.indices {
+            if index + ahead < batch.entries.count { heldEntries[batch.queue].prefetch(batch.entries[index + ahead].entryID) }
+            let entryID = batch.entries[index].entryID
+            heldEntries[batch.queue].remove(entryID)
+            each?(entryID)
         }
         // Unless someone else still holds the array (then emptying it allocates anew), its
         // storage serves a later batch; two spares cover a batch in flight and one being built.

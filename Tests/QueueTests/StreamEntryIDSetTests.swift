@@ -18,8 +18,8 @@ struct StreamEntryIDSetBehaviour {
         }
     }
 
-    /// Runs `operations` random operations over ids drawn by `draw`, checking every answer and
-    /// the count against `Set`, then that exactly the model's ids remain.
+    /// Runs `operations` random operations over ids drawn by `draw` (each prefetched first),
+    /// checking every answer and the count against `Set`, then that exactly the model's ids remain.
     func compare(operations: Int, seed: UInt64, draw: (inout Generator) -> StreamEntryID) {
         var generator = Generator(state: seed)
         var table = StreamEntryIDSet(capacity: 4)
@@ -28,6 +28,8 @@ struct StreamEntryIDSetBehaviour {
         for step in 0..<operations {
             // Mostly ids seen before (removals and repeats hit), some new.
             let id = seen.isEmpty || generator.next() % 3 == 0 ? draw(&generator) : seen[Int(generator.next() % UInt64(seen.count))]
+            // The worker hints each id's slot before using it: the hint must change no answer.
+            table.prefetch(id)
             switch generator.next() % 5 {
             case 0, 1:
                 let inserted = table.insert(id)
