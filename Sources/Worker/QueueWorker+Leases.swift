@@ -22,6 +22,21 @@ final class LocalLease {
         unsettled = ids.count
     }
 
+    /// `position(of:)`, looking a few positions from `guess` on first: within a batch, answers
+    /// mostly come in the order their entries were read (spread over the pool's connections,
+    /// so the next one found lies a few positions on, not always the very next).
+    func position(of id: StreamEntryID, guess: Int) -> Int? {
+        if guess >= 0 {
+            let end = min(ids.count, guess + 8)
+            var position = guess
+            while position < end {
+                if ids[position] == id { return position }
+                position += 1
+            }
+        }
+        return position(of: id)
+    }
+
     /// The position of `id` in the read (binary search: ids are in stream order).
     func position(of id: StreamEntryID) -> Int? {
         ids.withUnsafeBufferPointer { ids in
@@ -386,10 +401,11 @@ extension QueueWorker {
         var plan = LeaseAcknowledgementPlan()
         var masks: [[UInt8]] = []
         var current = -1  // the plan's lease of the entry before (entries of one lease come in runs)
+        var next = 0  // the position after the entry before's, in `current`
         for id in ids {
             let index: Int
             let position: Int
-            if current >= 0, let found = plan.leases[current].position(of: id), !plan.leases[current].isMoved(found) {
+            if current >= 0, let found = plan.leases[current].position(of: id, guess: next), !plan.leases[current].isMoved(found) {
                 index = current
                 position = found
             } else {
@@ -410,6 +426,7 @@ extension QueueWorker {
             }
             StreamLease.set(position, in: &masks[index])
             plan.counts[index] += 1
+            next = position + 1
         }
         guard !plan.leases.isEmpty else { return nil }
         for (index, lease) in plan.leases.enumerated() {
