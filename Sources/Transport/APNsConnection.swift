@@ -52,6 +52,17 @@ public protocol CompletionPrefetching: AnyObject {
     func prefetch(contexts: UnsafeBufferPointer<UInt64>)
 }
 
+extension Notification {
+    /// Where the headers of the objects releasing a copy of this notification writes lie: its
+    /// device token's string and its payload's storage (a native string's or array's bytes
+    /// follow a 32-byte header). For prefetch hints only; nothing is retained.
+    var objectHeaders: (token: UnsafeRawPointer?, payload: UnsafeRawPointer?) {
+        let token = deviceToken.utf8Span.span.withUnsafeBufferPointer { $0.baseAddress.map { UnsafeRawPointer($0) - 32 } }
+        let payload = payload.withUnsafeBytes { bytes in bytes.baseAddress.map { $0 - self.payload.startIndex - 32 } }
+        return (token, payload)
+    }
+}
+
 /// Starts loading the cache line at `address` for writing, without waiting for it. A hint: what
 /// the program computes does not change, whatever the address.
 @inlinable @inline(__always)
@@ -137,6 +148,9 @@ public final class APNsConnection: HTTP2Endpoint {
         var uniqueID: UUIDBits? = nil
         /// `request`'s context, read without touching the request (`CompletionPrefetching`).
         var context: UInt64 = 0
+        /// Where the headers of the request's token string and payload storage lie (noted at
+        /// submit, while they are in cache): the completion releases both, and prefetches them first.
+        var objectHeaders: (token: UnsafeRawPointer?, payload: UnsafeRawPointer?) = (nil, nil)
     }
 
     /// False until the non-blocking TCP connect is known to have succeeded.
@@ -328,6 +342,7 @@ public final class APNsConnection: HTTP2Endpoint {
         }
         request.submittedAt = loop.now
         slots[index].context = request.context
+        slots[index].objectHeaders = request.notification.objectHeaders
         slots[index].request = consume request
         slots[index].status = 0
         slots[index].body.removeAll(keepingCapacity: true)
@@ -465,11 +480,7 @@ public final class APNsConnection: HTTP2Endpoint {
         // Completions are handed out after nghttp2 returned, so the delegate may submit at once.
         // The weak delegate is loaded once per drain, not per completion (an atomic load each).
         let delegate = self.delegate
-        if let prefetcher, completed.count > 1 {
-            completedContexts.removeAll(keepingCapacity: true)
-            for slotIndex in completed { completedContexts.append(slots[Int(slotIndex)].context) }
-            completedContexts.withUnsafeBufferPointer { prefetcher.prefetch(contexts: $0) }
-        }
+        if completed.count > 1 { prefetchCompletions() }
         var index = 0
         while index < completed.count {
             let slotIndex = Int(completed[index])
@@ -499,6 +510,30 @@ public final class APNsConnection: HTTP2Endpoint {
         }
         completed.removeAll(keepingCapacity: true)
         delegate?.connectionSlotsChanged(self)
+    }
+
+    /// With thousands of streams in flight, what a completion touches has left the caches by the
+    /// time its answer comes: its slot, the headers of the objects its request releases, and the
+    /// caller's state behind its context. All of it is requested for the whole batch first, so
+    /// the loads overlap instead of each completion waiting on its own.
+    private func prefetchCompletions() {
+        let lines = (MemoryLayout<Slot>.stride + 63) / 64 + 1
+        slots.withUnsafeBufferPointer { slots in
+            guard let base = slots.baseAddress else { return }
+            for slotIndex in completed {
+                let slot = UnsafeRawPointer(base + Int(slotIndex))
+                for line in 0..<lines { prefetchForWrite(slot + 64 * line) }
+            }
+            completedContexts.removeAll(keepingCapacity: true)
+            // Field by field: a copy of the slot would retain its request's references.
+            for slotIndex in completed {
+                let headers = slots[Int(slotIndex)].objectHeaders
+                if let token = headers.token { prefetchForWrite(token) }
+                if let payload = headers.payload { prefetchForWrite(payload) }
+                completedContexts.append(slots[Int(slotIndex)].context)
+            }
+        }
+        if let prefetcher { completedContexts.withUnsafeBufferPointer { prefetcher.prefetch(contexts: $0) } }
     }
 
     override func didClose(_ error: ConnectionError?) {

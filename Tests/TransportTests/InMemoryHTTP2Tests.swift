@@ -136,6 +136,54 @@ struct InMemoryHTTP2Tests {
         #expect(pair.clientDelegate.outcomes.count == sent.count)
     }
 
+    /// Records the contexts it is told are about to complete, and how many completions the
+    /// client's delegate had seen by then.
+    final class Prefetcher: CompletionPrefetching {
+        let client: Client
+        var batches: [(contexts: [UInt64], outcomesBefore: Int)] = []
+        init(_ client: Client) { self.client = client }
+        func prefetch(contexts: UnsafeBufferPointer<UInt64>) { batches.append((Array(contexts), client.outcomes.count)) }
+    }
+
+    /// The prefetcher hears every context of a batch of answers before any of them is handed
+    /// out, and the requests still complete one by one with their own outcome.
+    @Test func aBatchOfAnswersIsAnnouncedToThePrefetcherBeforeItsCompletions() throws {
+        let pair = try Pair()
+        let prefetcher = Prefetcher(pair.clientDelegate)
+        pair.client.prefetcher = prefetcher
+        for context in 1...60 as ClosedRange<UInt64> { #expect(pair.client.submit(Self.request(context))) }
+        _ = pair.clientToServer()
+        #expect(pair.serverDelegate.received.count == 60)
+        // The answers arrive in one read, as from a socket (the in-memory pipe hands over one
+        // frame at a time).
+        var answers: [UInt8] = []
+        _ = pair.server.sendInMemory { answers.append(contentsOf: $0) }
+        answers.withUnsafeBytes { pair.client.receiveInMemory($0) }
+        #expect(pair.clientDelegate.outcomes.count == 60)
+        #expect(pair.clientDelegate.outcomes.values.allSatisfy { if case .accepted = $0 { true } else { false } })
+        let announced = prefetcher.batches.flatMap(\.contexts)
+        #expect(announced.sorted() == Array(1...60), "every context announced once")
+        // Each batch was announced before any of its completions reached the delegate.
+        var completedBefore = 0
+        for batch in prefetcher.batches {
+            #expect(batch.outcomesBefore == completedBefore)
+            completedBefore += batch.contexts.count
+        }
+    }
+
+    /// The headers a completion's release writes: 32 bytes before the token's bytes and before
+    /// the payload storage's first byte (the payload may be a slice starting further in).
+    @Test func aNotificationNamesItsTokenAndPayloadHeaders() throws {
+        var notification = Self.request(1).notification
+        let storage = Array(#"{"xx":1,"aps":{"alert":"hi"}}"#.utf8)
+        notification.payload = storage[7...]
+        let headers = notification.objectHeaders
+        let token = try #require(notification.deviceToken.utf8Span.span.withUnsafeBufferPointer { $0.baseAddress })
+        #expect(headers.token.map { $0 + 32 } == UnsafeRawPointer(token))
+        let first = try #require(storage.withUnsafeBytes { $0.baseAddress })
+        #expect(headers.payload.map { $0 + 32 } == first)
+    }
+
     @Test func pooledSessionReturnsEveryBlock() throws {
         let pair = try Pair()
         let (client, clientDelegate) = (pair.client, pair.clientDelegate)
