@@ -209,58 +209,108 @@ public final class DeliveryRules {
     /// Recycled (`freeRecords`): a finished job's record holds the next job read, through
     /// `reuse(job:lane:queue:)`, which must reset every stored property (add new ones there).
     final class JobRecord {
+        // The fields the usual answer (accepted, no collapse id) reads come first, so it touches
+        // the record's first cache lines and nothing else: what it needs of the job is copied
+        // here, and what only unusual outcomes use lives in `rare`, made on first use.
+        private(set) var tokenCount: Int
+        /// The attempts the job's entry states (never below 0).
+        private(set) var readAttempts: Int
+        var remaining: Int
+        private(set) var lane: Int
+        /// The queue (index) the job was read from: its outcomes are written to that queue's keys.
+        private(set) var queue: Int
+        private(set) var enqueuedAt: Int64
+        private var rare: Rare?
+        private(set) var hasCollapseID: Bool
+        /// Whether this job's outcomes go to the results stream (its queue's setting, or its `receipt`).
+        var receipts = false
+        private(set) var entryID: StreamEntryID
+        /// `job`'s address, for the prefetch hints (read without retaining anything).
+        private(set) var jobAddress: UnsafeRawPointer
         /// The job; a finished job stays until the record is reused (freeing jobs as answers come,
         /// in bursts, sent glibc's malloc and free down their slow paths, coalescing chunks).
         private(set) var job: Job {
             didSet { jobAddress = UnsafeRawPointer(Unmanaged.passUnretained(job).toOpaque()) }
         }
-        /// `job`'s address, for the prefetch hints (read without retaining anything).
-        private(set) var jobAddress: UnsafeRawPointer
-        // What the usual answer (accepted, no collapse id) needs of the job, kept here so that
-        // answer reads the record alone.
-        private(set) var entryID: StreamEntryID
-        private(set) var enqueuedAt: Int64
-        private(set) var tokenCount: Int
-        /// The attempts the job's entry states (never below 0).
-        private(set) var readAttempts: Int
-        private(set) var hasCollapseID: Bool
-        private(set) var lane: Int
-        /// The queue (index) the job was read from: its outcomes are written to that queue's keys.
-        private(set) var queue: Int
-        var remaining: Int
-        /// Per token, set when a newer job with its collapse id arrived; empty until one does.
-        private var superseded: [Bool] = []
-        /// Per token, attempts spent when it is resent at once; empty until one is.
-        private var tokenAttempts: [Int] = []
-        var feedback: [FeedbackEntry.Draft] = []
-        /// Each with the attempts its token spent: a letter states the most of its tokens'.
-        var deadLetters: [(token: String, reason: String, message: String, status: Int, attempts: Int)] = []
-        var retryTokens: [String] = []
-        /// The most attempts a token in `retryTokens` spent: the retry entry states it, so a token
-        /// parked unsent does not come back charged with another token's failures.
-        var retryAttempts = 0
-        var retryDelay: Int64 = 0
-        /// Tokens put back without a counted failure (drain, refused credentials): in `retryTokens`, not retries.
-        var handedBack = 0
-        /// Whether this job's outcomes go to the results stream (its queue's setting, or its `receipt`).
-        var receipts = false
         /// Accepted, superseded and dead-token outcomes so far, when `receipts` (dead letters are
         /// turned into results when the job finishes).
         var results: [ResultEntry.Draft] = []
-        /// Per token, set when it was sent to the app's other APNs environment; empty until one is.
-        var onOtherEnvironment: [Bool] = []
+
+        /// What a job whose every token is simply accepted never needs.
+        final class Rare {
+            /// Per token, set when a newer job with its collapse id arrived; empty until one does.
+            var superseded: [Bool] = []
+            /// Per token, attempts spent when it is resent at once; empty until one is.
+            var tokenAttempts: [Int] = []
+            var feedback: [FeedbackEntry.Draft] = []
+            /// Each with the attempts its token spent: a letter states the most of its tokens'.
+            var deadLetters: [(token: String, reason: String, message: String, status: Int, attempts: Int)] = []
+            var retryTokens: [String] = []
+            /// The most attempts a token in `retryTokens` spent: the retry entry states it, so a
+            /// token parked unsent does not come back charged with another token's failures.
+            var retryAttempts = 0
+            var retryDelay: Int64 = 0
+            /// Tokens put back without a counted failure (drain, refused credentials): in
+            /// `retryTokens`, not retries.
+            var handedBack = 0
+            /// Per token, set when it was sent to the app's other APNs environment; empty until one is.
+            var onOtherEnvironment: [Bool] = []
+        }
+
+        /// `rare`, made when first written to.
+        private var rareForWriting: Rare {
+            if let rare { return rare }
+            let made = Rare()
+            rare = made
+            return made
+        }
+
+        /// Whether every token so far was accepted or superseded with nothing to write (the
+        /// usual job): no feedback, dead letter, retry or result.
+        var onlyAcknowledgement: Bool {
+            results.isEmpty && (rare.map { $0.feedback.isEmpty && $0.deadLetters.isEmpty && $0.retryTokens.isEmpty } ?? true)
+        }
+
+        var feedback: [FeedbackEntry.Draft] {
+            get { rare?.feedback ?? [] }
+            _modify { yield &rareForWriting.feedback }
+        }
+        var deadLetters: [(token: String, reason: String, message: String, status: Int, attempts: Int)] {
+            get { rare?.deadLetters ?? [] }
+            _modify { yield &rareForWriting.deadLetters }
+        }
+        var retryTokens: [String] {
+            get { rare?.retryTokens ?? [] }
+            _modify { yield &rareForWriting.retryTokens }
+        }
+        var retryAttempts: Int {
+            get { rare?.retryAttempts ?? 0 }
+            _modify { yield &rareForWriting.retryAttempts }
+        }
+        var retryDelay: Int64 {
+            get { rare?.retryDelay ?? 0 }
+            _modify { yield &rareForWriting.retryDelay }
+        }
+        var handedBack: Int {
+            get { rare?.handedBack ?? 0 }
+            _modify { yield &rareForWriting.handedBack }
+        }
+        var onOtherEnvironment: [Bool] {
+            get { rare?.onOtherEnvironment ?? [] }
+            _modify { yield &rareForWriting.onOtherEnvironment }
+        }
 
         init(job: Job, lane: Int, queue: Int) {
-            self.job = job
-            jobAddress = UnsafeRawPointer(Unmanaged.passUnretained(job).toOpaque())
-            entryID = job.entryID
-            enqueuedAt = job.enqueuedAt
             tokenCount = job.tokens.count
             readAttempts = max(0, job.attempts)
-            hasCollapseID = job.template.collapseID != nil
+            remaining = tokenCount
             self.lane = lane
             self.queue = queue
-            remaining = tokenCount
+            enqueuedAt = job.enqueuedAt
+            hasCollapseID = job.template.collapseID != nil
+            entryID = job.entryID
+            jobAddress = UnsafeRawPointer(Unmanaged.passUnretained(job).toOpaque())
+            self.job = job
         }
 
         /// This record, whose job finished, as a fresh record of `job`: every property as `init` sets it.
@@ -274,29 +324,22 @@ public final class DeliveryRules {
             self.lane = lane
             self.queue = queue
             remaining = tokenCount
-            // The usual job left every list empty: an assignment would still release and retain
-            // the empty array's storage, a runtime call each.
-            if !superseded.isEmpty { superseded = [] }
-            if !tokenAttempts.isEmpty { tokenAttempts = [] }
-            if !feedback.isEmpty { feedback = [] }
-            if !deadLetters.isEmpty { deadLetters = [] }
-            if !retryTokens.isEmpty { retryTokens = [] }
-            retryAttempts = 0
-            retryDelay = 0
-            handedBack = 0
             receipts = false
+            // The usual job left these empty: an assignment would still release and retain the
+            // empty array's storage, a runtime call.
+            if rare != nil { rare = nil }
             if !results.isEmpty { results = [] }
-            if !onOtherEnvironment.isEmpty { onOtherEnvironment = [] }
         }
 
-
         func isSuperseded(_ tokenIndex: Int) -> Bool {
-            !superseded.isEmpty && superseded[tokenIndex]
+            guard let rare, !rare.superseded.isEmpty else { return false }
+            return rare.superseded[tokenIndex]
         }
 
         func markSuperseded(_ tokenIndex: Int) {
-            if superseded.isEmpty { superseded = Array(repeating: false, count: job.tokens.count) }
-            superseded[tokenIndex] = true
+            let rare = rareForWriting
+            if rare.superseded.isEmpty { rare.superseded = Array(repeating: false, count: tokenCount) }
+            rare.superseded[tokenIndex] = true
         }
 
         /// Whether `tokens[index]` is `token` with `collapseID`: a collapse entry still names this job's token
@@ -306,12 +349,14 @@ public final class DeliveryRules {
         }
 
         func attemptsBefore(_ tokenIndex: Int) -> Int {
-            tokenAttempts.isEmpty ? readAttempts : tokenAttempts[tokenIndex]
+            guard let rare, !rare.tokenAttempts.isEmpty else { return readAttempts }
+            return rare.tokenAttempts[tokenIndex]
         }
 
         func setAttempts(_ tokenIndex: Int, _ attempts: Int) {
-            if tokenAttempts.isEmpty { tokenAttempts = Array(repeating: readAttempts, count: tokenCount) }
-            tokenAttempts[tokenIndex] = attempts
+            let rare = rareForWriting
+            if rare.tokenAttempts.isEmpty { rare.tokenAttempts = Array(repeating: readAttempts, count: tokenCount) }
+            rare.tokenAttempts[tokenIndex] = attempts
         }
     }
 
@@ -866,7 +911,7 @@ public final class DeliveryRules {
             record.handedBack = 0
         }
         if record.receipts && !record.deadLetters.isEmpty { addDeadLetterResults(record, now: now) }
-        if record.feedback.isEmpty && record.deadLetters.isEmpty && record.retryTokens.isEmpty && record.results.isEmpty {
+        if record.onlyAcknowledgement {
             // Every token accepted or superseded (the usual job): only the acknowledgement.
             addFinishing(EntryOutcome(entryID: record.entryID), queue: queue)
             return
