@@ -75,6 +75,9 @@ public struct LoadGenConfiguration: Sendable {
 
     /// Versions to state in the conditions (the command line knows them).
     public var heraldVersion = "unknown"
+    /// The commit the executable says it was built from (`HeraldVersion.commit`): the report's
+    /// commit when the executable does not sit in a git work tree (a copy, an installed binary).
+    public var builtFromCommit = "unknown"
     public var swiftVersion = "unknown"
 
     public init() {}

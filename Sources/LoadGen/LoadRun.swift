@@ -58,6 +58,7 @@ public final class LoadRun {
         conditions.heraldVersion = c.heraldVersion
         conditions.swiftVersion = c.swiftVersion
         conditions.gitCommit = RunConditions.gitCommit(executable: c.executable)
+        if conditions.gitCommit == "unknown" { conditions.gitCommit = c.builtFromCommit }
         let executable = RunConditions.resolvedPath(c.executable)
         let keys = QueueKeys(queue: c.queue)
         // The run's queues: `keys` alone, or its shards (then `keys` itself stays unused).

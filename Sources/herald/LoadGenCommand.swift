@@ -94,6 +94,7 @@ struct LoadGenCommand: ParsableCommand {
         configuration.workerMetrics = workerMetrics
         configuration.keepFiles = keepFiles
         configuration.heraldVersion = HeraldVersion.string
+        configuration.builtFromCommit = HeraldVersion.commit
         configuration.swiftVersion = HeraldVersion.swift
         do { try configuration.validate() } catch { throw ValidationError(error.description) }
         for error in errors where InjectedError(argument: error) == nil {
