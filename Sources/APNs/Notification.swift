@@ -71,6 +71,23 @@ public struct Notification: Sendable {
         self.isBroadcast = false
     }
 
+    /// The same, with the payload a slice of a larger buffer (a job's fields, as read).
+    public init(
+        deviceToken: String, topic: String, pushType: PushType, priority: Priority? = nil, expiration: Int64? = nil,
+        collapseID: String? = nil, apnsID: String? = nil, payload: ArraySlice<UInt8>
+    ) {
+        self.deviceToken = deviceToken
+        self.topic = topic
+        self.pushType = pushType
+        self.priority = priority
+        self.expiration = expiration
+        self.collapseID = collapseID
+        self.apnsIDText = apnsID
+        self.apnsIDValue = nil
+        self.payload = payload
+        self.isBroadcast = false
+    }
+
     /// The priority to write in `apns-priority`: the one given, else the push type's default.
     /// Always send it, because APNs' own default (10) is wrong for `background`.
     public var effectivePriority: Priority {

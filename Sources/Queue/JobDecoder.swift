@@ -167,8 +167,8 @@ public enum JobDecoder {
             // copy retains and releases each of its references).
             return makeJob(entryID: entryID, fields: fields, tokens: JobTokens(only), invalid: [],
                            template: Notification(deviceToken: only, topic: resolvedTopic, pushType: pushType, priority: priority,
-                                                  expiration: expiration, collapseID: collapse, apnsID: nil, payload: []),
-                           payload: payload, validate: true,
+                                                  expiration: expiration, collapseID: collapse, apnsID: nil, payload: payload),
+                           validate: true,
                            id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt, attempts: attempts,
                            unknown: unknown, defaults: defaults, deliverAt: deliverAt)
         }
