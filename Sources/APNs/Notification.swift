@@ -72,6 +72,8 @@ public struct Notification: Sendable {
     }
 
     /// The same, with the payload a slice of a larger buffer (a job's fields, as read).
+    /// Inlinable for the same reason.
+    @inlinable
     public init(
         deviceToken: String, topic: String, pushType: PushType, priority: Priority? = nil, expiration: Int64? = nil,
         collapseID: String? = nil, apnsID: String? = nil, payload: ArraySlice<UInt8>

@@ -320,6 +320,7 @@ public final class APNsConnection: HTTP2Endpoint {
             // Never sent with a header cut short: this one notification fails on its own, and the
             // connection and its provider token stay untouched.
             slots[index].context = request.context
+            slots[index].objectHeaders = request.notification.objectHeaders
             slots[index].request = consume request
             slots[index].status = 0
             slots[index].failure = nil

@@ -431,8 +431,9 @@ public final class DeliveryRules {
     /// counts): decodes them, dead-letters the malformed and the hopeless, queues the rest.
     public func entriesArrived(_ entries: [StreamRecord], queue: Int = 0, deliveries: [StreamEntryID: Int]?, now: Int64) {
         // The records these entries take hold finished jobs, freed as each is taken, long after
-        // they left the caches: each job's lines are loaded two entries ahead, the objects it
-        // owns one entry ahead (that needs its lines), so freeing it waits on neither.
+        // they left the caches: a job's lines are requested one entry before its record is
+        // taken, the objects it owns (which needs those lines) as that entry is read, before
+        // it is decoded; so freeing it waits on neither.
         prefetchFinishedJob(upcoming: 0)
         // By index, each entry read where it lies: `for entry in` copied each one (a retain and
         // a release of its buffers), and so did binding its fields to a local.
@@ -1107,10 +1108,12 @@ extension DeliveryRules: CompletionPrefetching {
         jobs.withUnsafeBufferPointer { table in
             guard let base = table.baseAddress else { return }
             let addresses = UnsafeRawPointer(base)
+            // An optional reference is one pointer, nil as zero (so a `UInt` load reads it).
+            let stride = MemoryLayout<JobRecord?>.stride
             for context in contexts {
                 let index = Int(context >> 16)
                 guard index < table.count,
-                      let record = UnsafeRawPointer(bitPattern: addresses.load(fromByteOffset: index * 8, as: UInt.self)) else { continue }
+                      let record = UnsafeRawPointer(bitPattern: addresses.load(fromByteOffset: index * stride, as: UInt.self)) else { continue }
                 prefetchForWrite(record)
                 prefetchForWrite(record + 64)
                 prefetchForWrite(record + 128)
@@ -1118,7 +1121,7 @@ extension DeliveryRules: CompletionPrefetching {
             for context in contexts {
                 let index = Int(context >> 16)
                 guard index < table.count,
-                      let record = UnsafeRawPointer(bitPattern: addresses.load(fromByteOffset: index * 8, as: UInt.self)) else { continue }
+                      let record = UnsafeRawPointer(bitPattern: addresses.load(fromByteOffset: index * stride, as: UInt.self)) else { continue }
                 let job = Unmanaged<JobRecord>.fromOpaque(record)._withUnsafeGuaranteedRef { $0.jobAddress }
                 for line in 0..<6 { prefetchForWrite(job + 64 * line) }
             }

@@ -57,13 +57,11 @@ struct JobTokensReading {
         }
         // A fan-out job's list, and a job whose every token is invalid: hints, no crash.
         for tokens in ["\(Self.a),\(Self.b)", "zz,yy"] {
-            let fanOut = JobDecoder.decode(entryID: id, fields: [("tokens", Array(tokens.utf8)), ("payload", payload)],
-                                           defaults: JobDefaults(bundleID: "com.example.app"))
-            if case .success(let job) = fanOut {
-                var count = 0
-                job.prefetchOwnedObjects { _ in count += 1 }
-                #expect(count == 2)
-            }
+            let fanOut = try JobDecoder.decode(entryID: id, fields: [("tokens", Array(tokens.utf8)), ("payload", payload)],
+                                               defaults: JobDefaults(bundleID: "com.example.app")).get()
+            var count = 0
+            fanOut.prefetchOwnedObjects { _ in count += 1 }
+            #expect(count == 2)
         }
     }
 }
