@@ -46,8 +46,7 @@ public struct Notification: Sendable {
     /// (stable apns-ids, retries, feedback) serves channels without a second code path.
     public var isBroadcast: Bool
 
-    /// Inlinable: the decoder builds one per job, and a call across the module boundary cost
-    /// ~100 instructions more.
+    /// A notification whose payload is a whole array (a copy-free slice of it is kept).
     @inlinable
     public init(
         deviceToken: String,
@@ -59,20 +58,13 @@ public struct Notification: Sendable {
         apnsID: String? = nil,
         payload: [UInt8]
     ) {
-        self.deviceToken = deviceToken
-        self.topic = topic
-        self.pushType = pushType
-        self.priority = priority
-        self.expiration = expiration
-        self.collapseID = collapseID
-        self.apnsIDText = apnsID
-        self.apnsIDValue = nil
-        self.payload = payload[...]
-        self.isBroadcast = false
+        self.init(deviceToken: deviceToken, topic: topic, pushType: pushType, priority: priority, expiration: expiration,
+                  collapseID: collapseID, apnsID: apnsID, payload: payload[...])
     }
 
     /// The same, with the payload a slice of a larger buffer (a job's fields, as read).
-    /// Inlinable for the same reason.
+    /// Inlinable: the decoder builds one per job, and a call across the module boundary cost
+    /// ~100 instructions more.
     @inlinable
     public init(
         deviceToken: String, topic: String, pushType: PushType, priority: Priority? = nil, expiration: Int64? = nil,
