@@ -166,10 +166,8 @@ public final class Job: Sendable {
     /// them. A hint: nothing changes, nothing is retained.
     @inline(__always)
     public func prefetchOwnedObjects(_ prefetch: (UnsafeRawPointer) -> Void) {
-        // A native array's or string's bytes follow a 32-byte header (isa, reference count,
-        // count and capacity or flags); the header is what a release writes.
-        if let storage = packedFields.storageAddress { prefetch(storage - 32) }
-        if let token = tokens.firstAddress { prefetch(token - 32) }
+        if let storage = packedFields.storageHeader { prefetch(storage) }
+        if let token = tokens.storageHeader { prefetch(token) }
     }
 
     /// Whether the job asks for receipts (`receipt` is `1` or `true`).

@@ -1,3 +1,5 @@
+import Transport
+
 /// A job's valid device tokens, in the order the job gave them.
 ///
 /// The usual job has one token, and it is kept without a list: a one-element `[String]` was a
@@ -20,12 +22,12 @@ public struct JobTokens: RandomAccessCollection, Equatable, Sendable, Expressibl
 
     public init(arrayLiteral elements: String...) { self.init(elements) }
 
-    /// Where the one token's bytes lie (in its string's object, after the header), or the
-    /// list's elements: for a prefetch hint, read without retaining anything.
-    var firstAddress: UnsafeRawPointer? {
+    /// Where the header of the one token's string, or of the list, lies: for a prefetch hint
+    /// (`Transport.storageHeader(of:)`).
+    var storageHeader: UnsafeRawPointer? {
         switch storage {
-        case .one(let token): token.utf8Span.span.withUnsafeBufferPointer { UnsafeRawPointer($0.baseAddress) }
-        case .list(let tokens): tokens.withUnsafeBytes { $0.baseAddress }
+        case .one(let token): Transport.storageHeader(of: token)
+        case .list(let tokens): Transport.storageHeader(of: tokens)
         }
     }
 

@@ -1,4 +1,5 @@
 import Glibc
+import Transport
 
 /// A stream entry's field names and values, packed into one buffer: one allocation per entry
 /// however many fields it has, where a list of `(String, [UInt8])` pairs costs one for the list
@@ -24,11 +25,8 @@ public struct StreamFields: Sendable {
 
     public var isEmpty: Bool { count == 0 }
 
-    /// The address of the storage's first byte (its object's header lies just before), for a
-    /// prefetch hint; read without retaining the storage.
-    var storageAddress: UnsafeRawPointer? {
-        storage.withUnsafeBytes { $0.baseAddress }
-    }
+    /// Where the storage's header lies, for a prefetch hint (`Transport.storageHeader(of:)`).
+    var storageHeader: UnsafeRawPointer? { Transport.storageHeader(of: storage) }
 
     /// Packs `pairs` (names as `FieldName` spells them: escaped names become their bytes again).
     public init(_ pairs: [(name: String, value: [UInt8])]) {

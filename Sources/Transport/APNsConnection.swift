@@ -54,12 +54,9 @@ public protocol CompletionPrefetching: AnyObject {
 
 extension Notification {
     /// Where the headers of the objects releasing a copy of this notification writes lie: its
-    /// device token's string and its payload's storage (a native string's or array's bytes
-    /// follow a 32-byte header). For prefetch hints only; nothing is retained.
+    /// device token's string and its payload's storage. For prefetch hints only.
     var objectHeaders: (token: UnsafeRawPointer?, payload: UnsafeRawPointer?) {
-        let token = deviceToken.utf8Span.span.withUnsafeBufferPointer { $0.baseAddress.map { UnsafeRawPointer($0) - 32 } }
-        let payload = payload.withUnsafeBytes { bytes in bytes.baseAddress.map { $0 - self.payload.startIndex - 32 } }
-        return (token, payload)
+        (storageHeader(of: deviceToken), storageHeader(of: payload))
     }
 }
 
@@ -68,6 +65,29 @@ extension Notification {
 @inlinable @inline(__always)
 public func prefetchForWrite(_ address: UnsafeRawPointer) {
     herald_prefetch_for_write(address)
+}
+
+// Where the header of a string's or an array's heap storage lies, the line a release writes (its
+// reference count), for prefetch hints: the bytes of a native string and the elements of an array
+// follow a 32-byte header (object header, then count and capacity or flags). Read without
+// retaining anything; for a small or empty value the address is meaningless but harmless, as a
+// prefetch never faults.
+
+@inlinable
+public func storageHeader(of string: String) -> UnsafeRawPointer? {
+    string.utf8Span.span.withUnsafeBufferPointer { $0.baseAddress.map { UnsafeRawPointer($0) - 32 } }
+}
+
+@inlinable
+public func storageHeader<Element>(of array: [Element]) -> UnsafeRawPointer? {
+    array.withUnsafeBytes { $0.baseAddress.map { $0 - 32 } }
+}
+
+/// A slice's storage is its base array's: the header lies before the array's first element,
+/// `startIndex` elements before the slice's first.
+@inlinable
+public func storageHeader<Element>(of slice: ArraySlice<Element>) -> UnsafeRawPointer? {
+    slice.withUnsafeBytes { $0.baseAddress.map { $0 - slice.startIndex * MemoryLayout<Element>.stride - 32 } }
 }
 
 /// One HTTP/2 connection to APNs (or the emulator): TLS, nghttp2 client session, and a fixed

@@ -99,7 +99,7 @@ public final class DeliveryRules {
     private var freeJobIndices: [Int] = []
     /// Records of finished jobs, reused for the next jobs read (one allocation less per job).
     /// Never more than the table has slots: each stands for one finished job.
-    var freeRecords: [JobRecord] = []
+    private var freeRecords: [JobRecord] = []
     /// Per queue, entries taken in and not yet confirmed acknowledged: re-reading the pending
     /// list or a claim must not take them in (and send them) again. Per queue because two streams
     /// may hold the same entry id.
@@ -1077,21 +1077,27 @@ public final class DeliveryRules {
 }
 
 extension DeliveryRules {
+    /// Requests a job's lines: a `Job` is about 350 bytes (malloc hands it 360), so six lines
+    /// cover it wherever it starts; freeing it reads every reference it holds.
+    @inline(__always)
+    static func prefetchJob(at address: UnsafeRawPointer) {
+        for line in 0..<6 { prefetchForWrite(address + 64 * line) }
+    }
+
     /// Prefetches the lines of the finished job held by the record `upcoming` places below the
     /// top of `freeRecords` (the next one `admit` takes is at 0).
     @inline(__always)
-    func prefetchFinishedJob(upcoming: Int) {
+    private func prefetchFinishedJob(upcoming: Int) {
         freeRecords.withUnsafeBufferPointer { records in
             let position = records.count - 1 - upcoming
             guard position >= 0 else { return }
-            let job = records[position].jobAddress
-            for line in 0..<6 { prefetchForWrite(job + 64 * line) }
+            DeliveryRules.prefetchJob(at: records[position].jobAddress)
         }
     }
 
     /// Prefetches the objects owned by the finished job of the next record `admit` takes.
     @inline(__always)
-    func prefetchFinishedJobsObjects() {
+    private func prefetchFinishedJobsObjects() {
         freeRecords.withUnsafeBufferPointer { records in
             guard let record = records.last else { return }
             Unmanaged<Job>.fromOpaque(record.jobAddress)._withUnsafeGuaranteedRef { $0.prefetchOwnedObjects { prefetchForWrite($0) } }
@@ -1107,23 +1113,21 @@ extension DeliveryRules: CompletionPrefetching {
     public func prefetch(contexts: UnsafeBufferPointer<UInt64>) {
         jobs.withUnsafeBufferPointer { table in
             guard let base = table.baseAddress else { return }
-            let addresses = UnsafeRawPointer(base)
             // An optional reference is one pointer, nil as zero (so a `UInt` load reads it).
-            let stride = MemoryLayout<JobRecord?>.stride
-            for context in contexts {
+            func record(_ context: UInt64) -> UnsafeRawPointer? {
                 let index = Int(context >> 16)
-                guard index < table.count,
-                      let record = UnsafeRawPointer(bitPattern: addresses.load(fromByteOffset: index * stride, as: UInt.self)) else { continue }
-                prefetchForWrite(record)
-                prefetchForWrite(record + 64)
-                prefetchForWrite(record + 128)
+                guard index < table.count else { return nil }
+                return UnsafeRawPointer(bitPattern: UnsafeRawPointer(base).load(fromByteOffset: index * MemoryLayout<JobRecord?>.stride,
+                                                                                as: UInt.self))
+            }
+            // A record's fields fill about two lines; three cover them wherever it starts.
+            for context in contexts {
+                guard let record = record(context) else { continue }
+                for line in 0..<3 { prefetchForWrite(record + 64 * line) }
             }
             for context in contexts {
-                let index = Int(context >> 16)
-                guard index < table.count,
-                      let record = UnsafeRawPointer(bitPattern: addresses.load(fromByteOffset: index * stride, as: UInt.self)) else { continue }
-                let job = Unmanaged<JobRecord>.fromOpaque(record)._withUnsafeGuaranteedRef { $0.jobAddress }
-                for line in 0..<6 { prefetchForWrite(job + 64 * line) }
+                guard let record = record(context) else { continue }
+                DeliveryRules.prefetchJob(at: Unmanaged<JobRecord>.fromOpaque(record)._withUnsafeGuaranteedRef { $0.jobAddress })
             }
         }
     }
