@@ -165,7 +165,11 @@ public final class ConnectionPool: APNsConnectionDelegate {
     private var lastAcceptedStampedAt: Int64 = -1_000_000
 
     struct Member {
-        var connection: APNsConnection?
+        var connection: APNsConnection? {
+            didSet { unretained = connection.map { Unmanaged.passUnretained($0) } }
+        }
+        /// `connection` without a reference count, for `send` (see there).
+        private(set) var unretained: Unmanaged<APNsConnection>?
         var consecutiveFailures = 0
         var reconnectTimer: EventLoop.TimerID?
         var acceptedSinceConnect = false
@@ -259,14 +263,25 @@ public final class ConnectionPool: APNsConnectionDelegate {
     /// (the caller keeps the request); check `freeSlots` first to avoid that.
     @discardableResult
     public func send(_ request: consuming PendingRequest) -> Bool {
-        guard stoppedReason == nil, let connection = bestConnection() else { return false }
-        return connection.submit(consume request)
+        guard stoppedReason == nil, let best = bestMember(), let connection = members[best].unretained else { return false }
+        // Submitted through an unretained reference: a connection has a side table (its timers
+        // hold it weakly), so a retain and a release of it per request took the runtime's slow
+        // path. Sound because `members` holds the connection and `submit` calls nothing back (its
+        // completions, flushes and closes wait for later in the tick): nothing can let it go
+        // during the call.
+        var staged: PendingRequest? = consume request
+        return connection._withUnsafeGuaranteedRef { $0.submit(staged.take()!) }
     }
 
-    /// The connection with the most free stream slots. The scan reads each member's slots in
-    /// place: binding each connection to a local retained and released it, and a connection has
-    /// a side table (its timers hold it weakly), where each count change is the slow path.
+    /// The connection with the most free stream slots.
     private func bestConnection() -> APNsConnection? {
+        bestMember().flatMap { members[$0].connection }
+    }
+
+    /// The member whose connection has the most free stream slots, if any has one. The scan reads
+    /// each member's slots in place: binding each connection to a local retained and released it,
+    /// and each count change of a connection is the slow path (see `send`).
+    private func bestMember() -> Int? {
         var best = -1
         var bestSlots = 0
         for index in members.indices {
@@ -276,7 +291,7 @@ public final class ConnectionPool: APNsConnectionDelegate {
                 bestSlots = slots
             }
         }
-        return best < 0 ? nil : members[best].connection
+        return best < 0 ? nil : best
     }
 
     private func enqueueResend(_ request: PendingRequest) {
@@ -396,8 +411,31 @@ public final class ConnectionPool: APNsConnectionDelegate {
         notifyingSlots = false
     }
 
+    public func connectionHasCompletions(_ connection: APNsConnection) {
+        // The delegate is loaded from its weak reference once per batch and lent to each
+        // completion: loading it per answer took a weak load and a release each, and the worker
+        // has weak references (a side table), where each count change is the runtime's slow path.
+        let delegate = self.delegate
+        handOutCompletions(of: connection, to: delegate)
+    }
+
+    private func handOutCompletions(of connection: APNsConnection, to delegate: (any ConnectionPoolDelegate)?) {
+        // Each request is handled where it lies, and moved again only to be resent.
+        var request: PendingRequest?
+        while let outcome = connection.nextCompletion(into: &request) {
+            handle(&request, outcome: outcome, on: connection, delegate: delegate)
+        }
+    }
+
     public func connection(_ connection: APNsConnection, completed request: consuming PendingRequest, outcome: DeliveryOutcome) {
-        recordResponse(request, outcome)
+        var request: PendingRequest? = consume request
+        handle(&request, outcome: outcome, on: connection, delegate: delegate)
+    }
+
+    /// `request` is non-nil; it is moved out of it only when it is queued to be resent.
+    private func handle(_ request: inout PendingRequest?, outcome: DeliveryOutcome, on connection: APNsConnection,
+                        delegate: (any ConnectionPoolDelegate)?) {
+        recordResponse(request!, outcome)
         let index = memberIndex(connection)
         switch outcome {
         case .accepted:
@@ -407,14 +445,14 @@ public final class ConnectionPool: APNsConnectionDelegate {
                 members[index].serverErrorsInARow = 0
             }
             if credentials != .trusted, isFresh(connection) { credentialsAccepted() }
-            request.attempts += 1
+            request!.attempts += 1
         case .retryOnAnotherConnection(let cause):
             if !cause.countsAsAttempt {
                 // GOAWAY above last_stream_id, refused or never-sent streams: APNs never saw them.
-                enqueueResend(request)
+                enqueueResend(request.take()!)
                 return
             }
-            request.attempts += 1
+            request!.attempts += 1
             switch cause {
             case .status(let status, _) where status >= 500:
                 serverErrors += 1
@@ -439,20 +477,20 @@ public final class ConnectionPool: APNsConnectionDelegate {
                     halt("could not sign a provider token: \(error)")
                 }
                 if credentials != .halted && connection.tokenGeneration != before {
-                    enqueueResend(request)
+                    enqueueResend(request.take()!)
                     return
                 }
             }
             // The token is too young to have expired: the clock (or the key) is wrong.
             credentialsRejected(on: connection, status: 403, reason: .expiredProviderToken)
-            delegate?.pool(self, completed: request, outcome: .credentialsRejected(status: 403, reason: .expiredProviderToken))
+            delegate?.pool(self, completed: request!, outcome: .credentialsRejected(status: 403, reason: .expiredProviderToken))
             return
         case .credentialsRejected(let status, let reason):
             credentialsRejected(on: connection, status: status, reason: reason)
         default:
-            request.attempts += 1
+            request!.attempts += 1
         }
-        delegate?.pool(self, completed: request, outcome: outcome)
+        delegate?.pool(self, completed: request!, outcome: outcome)
     }
 
     // MARK: credentials

@@ -184,6 +184,74 @@ struct InMemoryHTTP2Tests {
         #expect(headers.payload.map { $0 + 32 } == first)
     }
 
+    /// A delegate that takes its batches itself: it takes one completion of each and leaves the
+    /// rest, and may close the connection in the middle of one.
+    final class BatchClient: APNsConnectionDelegate {
+        var taken: [(context: UInt64, outcome: DeliveryOutcome, inBatch: Bool)] = []
+        var batches = 0
+        var closeInNextBatch = false
+        func connectionIsReady(_ connection: APNsConnection) {}
+        func connectionHasCompletions(_ connection: APNsConnection) {
+            batches += 1
+            var request: PendingRequest?
+            if let outcome = connection.nextCompletion(into: &request) {
+                taken.append((request!.context, outcome, true))
+            }
+            if closeInNextBatch {
+                closeInNextBatch = false
+                connection.close()
+            }
+        }
+        func connection(_ connection: APNsConnection, completed request: consuming PendingRequest, outcome: DeliveryOutcome) {
+            taken.append((request.context, outcome, false))
+        }
+        func connectionSlotsChanged(_ connection: APNsConnection) {}
+        func connectionClosed(_ connection: APNsConnection, error: ConnectionError?) {}
+    }
+
+    /// Completions go to the delegate in batches (one call per read); whatever its batch leaves
+    /// is handed over one by one after it, so none is dropped, and none is handed out twice
+    /// even when the delegate closes the connection in the middle of a batch (the close
+    /// completes every stream still held, inside the batch).
+    @Test func aBatchTheDelegateLeavesIsHandedOverOneByOneAndNothingTwice() throws {
+        let pair = try Pair()
+        let client = pair.client
+        let delegate = BatchClient()
+        client.delegate = delegate
+        var none: PendingRequest?
+        #expect(client.nextCompletion(into: &none) == nil && none == nil, "outside a batch there is nothing to take")
+
+        for context in 0..<UInt64(10) { #expect(client.submit(Self.request(context))) }
+        _ = pair.clientToServer()
+        _ = pair.serverToClient()
+        #expect(delegate.batches >= 1)
+        #expect(delegate.taken.filter(\.inBatch).count == delegate.batches, "one taken in each batch")
+        #expect(delegate.taken.map(\.context).sorted() == Array(0..<10), "each answer once: \(delegate.taken.map(\.context))")
+        #expect(delegate.taken.allSatisfy { $0.outcome == .accepted })
+        #expect(client.streamSlots == 100, "every slot is free again")
+
+        // Ten more are answered; five after them never leave the client. The delegate closes the
+        // connection in the batch of the ten answers.
+        delegate.taken = []
+        for context in 10..<UInt64(20) { #expect(client.submit(Self.request(context))) }
+        _ = pair.clientToServer()
+        for context in 20..<UInt64(25) { #expect(client.submit(Self.request(context))) }
+        delegate.closeInNextBatch = true
+        _ = pair.serverToClient()
+        let contexts = delegate.taken.map(\.context)
+        #expect(contexts.sorted() == Array(10..<25), "each request once: \(contexts)")
+        func isRetry(_ outcome: DeliveryOutcome) -> Bool {
+            if case .retryOnAnotherConnection = outcome { true } else { false }
+        }
+        // Answers read before the close are accepted; any the close cut off are handed back.
+        #expect(delegate.taken.first?.outcome == .accepted)
+        #expect(delegate.taken.filter { $0.context < 20 }.allSatisfy { $0.outcome == .accepted || isRetry($0.outcome) })
+        #expect(delegate.taken.filter { $0.context >= 20 }.allSatisfy { isRetry($0.outcome) },
+                "the unsent ones are handed back to be sent elsewhere")
+        #expect(client.state == .closed)
+        #expect(client.nextCompletion(into: &none) == nil && none == nil)
+    }
+
     @Test func pooledSessionReturnsEveryBlock() throws {
         let pair = try Pair()
         let (client, clientDelegate) = (pair.client, pair.clientDelegate)
