@@ -16,7 +16,9 @@ public final class RequestHeaderBuilder {
     private let nva: UnsafeMutablePointer<nghttp2_nv>
     private let nvaCapacity = 12
     private let names: UnsafeMutablePointer<UInt8>
-    private var nameRanges: [Name: (offset: Int, length: Int)] = [:]
+    /// Where each name lies in `names`, in `Name.allCases` order. A `let`: a lazy array was
+    /// checked, retained and released on every request.
+    private let nameRangesInOrder: [(Int, Int)]
     private let authority: [UInt8]
     /// Requests until `apns-id` is indexed again (0: this one). Its name is then in the
     /// connection's HPACK table (requests are serialised in the order built: stream ids rise),
@@ -56,11 +58,13 @@ public final class RequestHeaderBuilder {
         let all = Name.allCases.map { Array($0.text.utf8) }
         names = .allocate(capacity: all.reduce(0) { $0 + $1.count })
         var offset = 0
-        for (name, bytes) in zip(Name.allCases, all) {
+        var ranges: [(Int, Int)] = []
+        for bytes in all {
             (names + offset).initialize(from: bytes, count: bytes.count)
-            nameRanges[name] = (offset, bytes.count)
+            ranges.append((offset, bytes.count))
             offset += bytes.count
         }
+        nameRangesInOrder = ranges
         self.authority = Array(authority.utf8)
     }
 
@@ -86,6 +90,9 @@ public final class RequestHeaderBuilder {
     /// Returns nil, without calling `body`, when the values do not fit in `capacity` bytes: a
     /// request is never sent with a header cut short (a cut `authorization` header would make APNs
     /// reject the app's credentials for one notification's fault).
+    /// Inlined into the connection's `submit`: as a call, the builder was retained and released
+    /// around it for every request.
+    @inline(__always)
     public func withHeaders<R>(
         for notification: Notification, authorization: [UInt8]?,
         _ body: (UnsafePointer<nghttp2_nv>, Int) -> R
@@ -179,7 +186,6 @@ public final class RequestHeaderBuilder {
         return body(nva, count)
     }
 
-    private lazy var nameRangesInOrder: [(Int, Int)] = Name.allCases.map { nameRanges[$0]! }
 
     /// Appends bytes to the scratch area and returns where they landed. A value that does not fit
     /// is not written at all and sets `overflowed`.
