@@ -54,7 +54,12 @@ static void *pool_malloc(size_t size, void *user) {
         capacity = index * HERALD_POOL_GRANULE;
         herald_pool_node *node = pool->free[index];
         if (node) {
-            pool->free[index] = node->next;
+            herald_pool_node *next = node->next;
+            pool->free[index] = next;
+            /* The next block of this class was freed a while ago and has usually left the
+             * caches: its first line (its link) is requested now, so the next allocation of
+             * this size does not wait for it. */
+            if (next) __builtin_prefetch(next, 1);
             pool->held -= capacity;
             pool->live++;
             return node;
