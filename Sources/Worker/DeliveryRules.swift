@@ -100,6 +100,10 @@ public final class DeliveryRules {
     /// Records of finished jobs, reused for the next jobs read (one allocation less per job).
     /// Never more than the table has slots: each stands for one finished job.
     private var freeRecords: [JobRecord] = []
+    /// The address of each of `freeRecords`' finished jobs, in step with it: the prefetch hints
+    /// read these instead of the records, which have left the caches too (reading one stalled,
+    /// and binding it to a local retained it, a write to its cold line).
+    private var freeJobAddresses: [UnsafeRawPointer] = []
     /// Per queue, entries taken in and not yet confirmed acknowledged: re-reading the pending
     /// list or a claim must not take them in (and send them) again. Per queue because two streams
     /// may hold the same entry id.
@@ -500,6 +504,8 @@ public final class DeliveryRules {
         }
         let record: JobRecord
         if let free = freeRecords.popLast() {
+            freeJobAddresses.removeLast()
+            assert(freeJobAddresses.count == freeRecords.count, "the free records and their jobs' addresses go in step")
             free.reuse(job: job, lane: laneIndex, queue: queue)
             record = free
         } else {
@@ -896,7 +902,10 @@ public final class DeliveryRules {
         guard let record = jobs[index].take() else { return }
         freeJobIndices.append(index)
         // Nothing holds a record once it left the table; its writes are built below before reuse.
-        defer { freeRecords.append(record) }
+        defer {
+            freeRecords.append(record)
+            freeJobAddresses.append(record.jobAddress)
+        }
         let queue = record.queue
         queueCounters[queue].jobsFinished += 1
         let dueAt = now.addingSaturating(record.retryDelay)
@@ -1085,23 +1094,26 @@ extension DeliveryRules {
     }
 
     /// Prefetches the lines of the finished job held by the record `upcoming` places below the
-    /// top of `freeRecords` (the next one `admit` takes is at 0).
+    /// top of `freeRecords` (the next one `admit` takes is at 0), and the record's own three lines
+    /// (it is about 140 bytes), which `reuse` rewrites.
     @inline(__always)
     private func prefetchFinishedJob(upcoming: Int) {
+        let position = freeJobAddresses.count - 1 - upcoming
+        guard position >= 0 else { return }
+        DeliveryRules.prefetchJob(at: freeJobAddresses[position])
         freeRecords.withUnsafeBufferPointer { records in
-            let position = records.count - 1 - upcoming
-            guard position >= 0 else { return }
-            DeliveryRules.prefetchJob(at: records[position].jobAddress)
+            guard position < records.count else { return }
+            // The reference's bits, read as an address: nothing retained, nothing of the record read.
+            let record = UnsafeRawPointer(records.baseAddress! + position).load(as: UnsafeRawPointer.self)
+            for line in 0..<3 { prefetchForWrite(record + 64 * line) }
         }
     }
 
     /// Prefetches the objects owned by the finished job of the next record `admit` takes.
     @inline(__always)
     private func prefetchFinishedJobsObjects() {
-        freeRecords.withUnsafeBufferPointer { records in
-            guard let record = records.last else { return }
-            Unmanaged<Job>.fromOpaque(record.jobAddress)._withUnsafeGuaranteedRef { $0.prefetchOwnedObjects { prefetchForWrite($0) } }
-        }
+        guard let address = freeJobAddresses.last else { return }
+        Unmanaged<Job>.fromOpaque(address)._withUnsafeGuaranteedRef { $0.prefetchOwnedObjects { prefetchForWrite($0) } }
     }
 }
 
