@@ -186,6 +186,10 @@ public final class APNsConnection: HTTP2Endpoint {
         /// Where the headers of the request's token string and payload storage lie (noted at
         /// submit, while they are in cache): the completion releases both, and prefetches them first.
         var objectHeaders: (token: UnsafeRawPointer?, payload: UnsafeRawPointer?) = (nil, nil)
+        /// The request's payload bytes, noted at submit: its DATA frames are copied from here
+        /// without touching the request. The request holds their storage, unchanged, until it
+        /// leaves the slot, and this is emptied then.
+        var payload = UnsafeRawBufferPointer(start: nil, count: 0)
     }
 
     /// False until the non-blocking TCP connect is known to have succeeded.
@@ -379,6 +383,8 @@ public final class APNsConnection: HTTP2Endpoint {
         request.submittedAt = loop.now
         slots[index].context = request.context
         slots[index].objectHeaders = request.notification.objectHeaders
+        // The storage of a slice held in the slot neither moves nor changes: its address outlives this call.
+        slots[index].payload = request.notification.payload.withUnsafeBytes { $0 }
         slots[index].request = consume request
         slots[index].status = 0
         slots[index].body.removeAll(keepingCapacity: true)
@@ -475,24 +481,16 @@ public final class APNsConnection: HTTP2Endpoint {
     }
 
     fileprivate func readPayload(slot index: Int, into buffer: UnsafeMutablePointer<UInt8>, length: Int, flags: UnsafeMutablePointer<UInt32>) -> Int {
-        let offset = slots[index].payloadOffset
-        // Read in place, through the buffer's addressor: binding the slot's request, or reading it
-        // through the array's subscript, copied the whole slot (a retain and a release of each of
-        // its references, per DATA frame: 1.2 % of a draining worker's samples in swift_retain).
-        let copied = slots.withUnsafeBufferPointer { slots in
-            slots[index].request?.notification.payload.withUnsafeBufferPointer { payload -> (count: Int, done: Bool) in
-                let count = min(length, payload.count - offset)
-                if count > 0 { buffer.update(from: payload.baseAddress! + offset, count: count) }
-                return (count, offset + count >= payload.count)
-            }
-        }
-        guard let copied else {
-            flags.pointee |= UInt32(NGHTTP2_DATA_FLAG_EOF.rawValue)
-            return 0
-        }
-        slots[index].payloadOffset = offset + copied.count
-        if copied.done { flags.pointee |= UInt32(NGHTTP2_DATA_FLAG_EOF.rawValue) }
-        return copied.count
+        // From the bytes noted at submit, read in place through the buffer's addressor: the
+        // request is not touched (reading its payload retained and released the storage, per
+        // DATA frame), nor copied (binding the slot copied all of it). An emptied slot (no
+        // request) has no bytes: its stream ends.
+        let (payload, offset) = slots.withUnsafeBufferPointer { ($0[index].payload, $0[index].payloadOffset) }
+        let count = max(0, min(length, payload.count - offset))
+        if count > 0 { UnsafeMutableRawPointer(buffer).copyMemory(from: payload.baseAddress! + offset, byteCount: count) }
+        slots[index].payloadOffset = offset + count
+        if offset + count >= payload.count { flags.pointee |= UInt32(NGHTTP2_DATA_FLAG_EOF.rawValue) }
+        return count
     }
 
     // MARK: completions
@@ -545,6 +543,7 @@ public final class APNsConnection: HTTP2Endpoint {
             // A slot completed twice (a close inside a batch) is handed out once.
             guard slots[slotIndex].request != nil else { continue }
             request = slots[slotIndex].request.take()
+            slots[slotIndex].payload = UnsafeRawBufferPointer(start: nil, count: 0)
             request!.uniqueID = slots[slotIndex].uniqueID
             inFlight -= 1
             freeSlotIndices.append(Int32(slotIndex))

@@ -184,6 +184,37 @@ struct InMemoryHTTP2Tests {
         #expect(headers.payload.map { $0 + 32 } == first)
     }
 
+    /// The DATA frames are copied from the payload's bytes as noted at submit: a payload that is
+    /// a slice starting inside its array, and payloads larger than a frame and than the
+    /// connection's flow-control window (so each is read in pieces, some after a window update),
+    /// arrive byte for byte. The bytes outlive the moves of their request into and out of the slot.
+    @Test func payloadsArriveByteForByteWhenReadInPieces() throws {
+        let pair = try Pair()
+        let (client, serverDelegate) = (pair.client, pair.serverDelegate)
+        var sent: [[UInt8]] = []
+        for context in 0..<UInt64(4) {
+            // 30,000 bytes each, 120,000 in all: each is two or more DATA frames, and together
+            // they exceed the 65,535-byte window the connection starts with.
+            let storage = (0..<30_007).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ Int(context)) }
+            var request = Self.request(context)
+            request.notification.payload = storage[5..<30_005]
+            sent.append(Array(storage[5..<30_005]))
+            #expect(client.submit(request))
+        }
+        var rounds = 0
+        while pair.clientToServer() + pair.serverToClient() > 0 && rounds < 200 { rounds += 1 }
+        #expect(serverDelegate.requests.count == 4)
+        for request in serverDelegate.requests {
+            let index = Int((request.streamID - 1) / 2)
+            #expect(!request.bodyTruncated)
+            // Compared apart, so a failure names the first differing byte instead of printing both.
+            let firstDifference = zip(request.body, sent[index]).enumerated().first { $0.element.0 != $0.element.1 }?.offset
+            #expect(request.body.count == sent[index].count && firstDifference == nil,
+                    "stream \(request.streamID): \(request.body.count) bytes arrived, first difference at \(firstDifference.map(String.init) ?? "none")")
+        }
+        #expect(pair.clientDelegate.outcomes.count == 4 && pair.clientDelegate.outcomes.values.allSatisfy { $0 == .accepted })
+    }
+
     /// A delegate that takes its batches itself: it takes one completion of each and leaves the
     /// rest, and may close the connection in the middle of one.
     final class BatchClient: APNsConnectionDelegate {
