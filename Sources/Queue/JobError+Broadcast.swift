@@ -71,8 +71,7 @@ extension JobDecoder {
         }
         var template = Notification(
             deviceToken: channelID, topic: bundleID, pushType: .liveactivity, priority: priority,
-            expiration: expiration, collapseID: nil, apnsID: nil, payload: [])
-        template.payload = payload
+            expiration: expiration, collapseID: nil, apnsID: nil, payload: payload)
         template.isBroadcast = true
         do { try template.validateBroadcast() } catch { return .failure(.notification(error)) }
         return makeJob(entryID: entryID, fields: fields, tokens: JobTokens(channelID), invalid: [], template: template,

@@ -186,7 +186,6 @@ public final class RequestHeaderBuilder {
         return body(nva, count)
     }
 
-
     /// Appends bytes to the scratch area and returns where they landed. A value that does not fit
     /// is not written at all and sets `overflowed`.
     struct Writer {
