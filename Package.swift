@@ -131,9 +131,13 @@ let package = Package(
             ],
             swiftSettings: swiftSettings),
 
+        // What the test suites share: starting child processes without Foundation's `Process`.
+        .target(
+            name: "HeraldTestSupport", dependencies: ["CHeraldShims"], path: "Tests/TestSupport",
+            swiftSettings: swiftSettings),
         .testTarget(name: "APNsTests", dependencies: ["APNs"], swiftSettings: swiftSettings),
         .testTarget(
-            name: "TransportTests", dependencies: ["APNs", "Transport", "COpenSSL"], swiftSettings: swiftSettings),
+            name: "TransportTests", dependencies: ["APNs", "Transport", "COpenSSL", "HeraldTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "QueueTests", dependencies: ["APNs", "Queue"], swiftSettings: swiftSettings),
         // The delivery rules alone (no Redis, no sockets): property tests over random event sequences.
         .testTarget(
@@ -145,7 +149,8 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["APNs", "Transport", "MockAPNs", "Queue", "Worker", "LoadGen", "HeraldAPI", "HeraldBuildInfo"],
+            dependencies: ["APNs", "Transport", "MockAPNs", "Queue", "Worker", "LoadGen", "HeraldAPI", "HeraldBuildInfo",
+                           "HeraldTestSupport"],
             swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]

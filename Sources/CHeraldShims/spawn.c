@@ -6,6 +6,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <spawn.h>
 #include <unistd.h>
 
 int herald_on_main_thread(void) {
@@ -85,4 +86,37 @@ int herald_spawn_tied(const char *file, char *const argv[], char *const envp[], 
     }
     *pid = child;
     return 0;
+}
+
+int herald_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
+                 int stdin_fd, int stdout_fd, int stderr_fd, pid_t *pid) {
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attributes;
+    int error = posix_spawn_file_actions_init(&actions);
+    if (error) return error;
+    error = posix_spawnattr_init(&attributes);
+    if (error) {
+        posix_spawn_file_actions_destroy(&actions);
+        return error;
+    }
+    /* A descriptor that is already in place is marked inheritable by adddup2 (glibc 2.29 and
+       later); one that is not is copied over its target. */
+    int sources[3] = {stdin_fd, stdout_fd, stderr_fd};
+    for (int target = 0; target < 3 && !error; target++) {
+        error = posix_spawn_file_actions_adddup2(&actions, sources[target], target);
+    }
+    /* Nothing else of this process's: a pipe's writing end left open in a long-lived child
+       would keep its reader from ever seeing the end. */
+    if (!error) error = posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+    if (!error && cwd) error = posix_spawn_file_actions_addchdir_np(&actions, cwd);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    if (!error) error = posix_spawnattr_setsigmask(&attributes, &none);
+    if (!error) error = posix_spawnattr_setsigdefault(&attributes, &all);
+    if (!error) error = posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    if (!error) error = posix_spawn(pid, path, &actions, &attributes, argv, envp);
+    posix_spawnattr_destroy(&attributes);
+    posix_spawn_file_actions_destroy(&actions);
+    return error;
 }

@@ -2,6 +2,7 @@ import Foundation
 #if canImport(FoundationXML)
 import FoundationXML
 #endif
+import HeraldTestSupport
 @testable import LoadGen
 import Queue
 import Testing
@@ -18,7 +19,7 @@ extension IntegrationTests {
             let jsonPath = directory.path("report.json")
             let outputPath = directory.path("output.txt")
             _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
-            let process = Process()
+            let process = TestProcess()
             process.executableURL = URL(fileURLWithPath: try WorkerHarness.heraldBinary())
             process.arguments = ["loadgen"] + arguments + ["--json", jsonPath, "--timeout", "180"]
             var environment = ProcessInfo.processInfo.environment
@@ -134,7 +135,7 @@ extension IntegrationTests {
 
         @Test func killingTheLoadGeneratorOutrightStopsEverythingItStarted() throws {
             let directory = try TemporaryDirectory(prefix: "herald-lg-kill")
-            let process = Process()
+            let process = TestProcess()
             process.executableURL = URL(fileURLWithPath: try WorkerHarness.heraldBinary())
             // A steady run far longer than the test: it is killed while everything runs.
             process.arguments = ["loadgen", "--rate", "100", "--notifications", "100000", "--timeout", "600"]

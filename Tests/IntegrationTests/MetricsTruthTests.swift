@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import HeraldTestSupport
 import Queue
 import Testing
 
@@ -418,7 +419,7 @@ extension IntegrationTests {
 
         /// Runs a tool to its end: exit status and standard output and error together.
         static func runCapturingAll(_ executable: String, _ arguments: [String]) throws -> (Int32, String) {
-            let process = Process()
+            let process = TestProcess()
             process.executableURL = URL(fileURLWithPath: executable)
             process.arguments = arguments
             let pipe = Pipe()

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import HeraldTestSupport
 import Queue
 import Testing
 import Transport
@@ -88,7 +89,7 @@ func withOperationsBed(_ body: (OperationsBed) async throws -> Void) async throw
 
 /// One `herald` subprocess, stdout and stderr each to a file of the bed's directory.
 final class HeraldProcess: @unchecked Sendable, CustomStringConvertible {
-    let process: Process
+    let process: TestProcess
     let arguments: [String]
     let stdoutPath: String
     let stderrPath: String
@@ -100,7 +101,7 @@ final class HeraldProcess: @unchecked Sendable, CustomStringConvertible {
         stderrPath = directory.path("herald-\(index)-\(arguments.first ?? "").err")
         _ = FileManager.default.createFile(atPath: stdoutPath, contents: nil)
         _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
-        process = Process()
+        process = TestProcess()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = arguments
         // Only what the test passes: no HERALD_* settings (credentials above all) from the shell.
@@ -269,7 +270,7 @@ struct OperationsHTTP: Sendable {
 
     /// Runs a tool to its end: exit status and standard output (standard error discarded).
     static func run(_ executable: String, _ arguments: [String], environment: [String: String]? = nil) throws -> (Int32, String) {
-        let process = Process()
+        let process = TestProcess()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         if let environment { process.environment = environment }

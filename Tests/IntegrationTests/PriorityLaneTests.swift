@@ -1,6 +1,7 @@
 import APNs
 import Foundation
 import Glibc
+import HeraldTestSupport
 import MockAPNs
 import Queue
 import Testing
@@ -177,7 +178,7 @@ private func entriesRead(_ bed: WorkerBed, _ stream: String, group: String) asyn
 
 /// Runs the herald binary to its end; no HERALD_* settings from the developer's shell.
 private func runHerald(_ arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
-    let process = Process()
+    let process = TestProcess()
     process.executableURL = URL(fileURLWithPath: try WorkerHarness.heraldBinary())
     process.arguments = arguments
     process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("HERALD_") }

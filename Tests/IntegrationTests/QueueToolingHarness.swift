@@ -1,4 +1,5 @@
 import Foundation
+import HeraldTestSupport
 import Queue
 import Testing
 import Transport
@@ -111,13 +112,13 @@ final class QueueToolingHarness {
     }
 
     /// Starts `herald arguments…` with HERALD_REDIS pointing at this test's server.
-    func start(_ arguments: [String], environment extra: [String: String] = [:]) throws -> (Process, stdout: String, stderr: String) {
+    func start(_ arguments: [String], environment extra: [String: String] = [:]) throws -> (TestProcess, stdout: String, stderr: String) {
         runs += 1
         let out = directory.path("run\(runs).out")
         let err = directory.path("run\(runs).err")
         _ = FileManager.default.createFile(atPath: out, contents: nil)
         _ = FileManager.default.createFile(atPath: err, contents: nil)
-        let process = Process()
+        let process = TestProcess()
         process.executableURL = URL(fileURLWithPath: try QueueToolingHarness.binary())
         process.arguments = arguments
         var environment = ProcessInfo.processInfo.environment

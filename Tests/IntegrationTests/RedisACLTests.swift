@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import HeraldTestSupport
 import Queue
 import Testing
 import Transport
@@ -40,7 +41,7 @@ extension IntegrationTests {
         /// Runs `herald arguments…` as `user` (password in HERALD_REDIS_PASSWORD) to the end.
         static func herald(_ arguments: [String], user: String, redis: RedisServer) throws -> (status: Int32, stdout: String, stderr: String) {
             let directory = try TemporaryDirectory(prefix: "herald-acl-run")
-            let process = Process()
+            let process = TestProcess()
             process.executableURL = URL(fileURLWithPath: try WorkerHarness.heraldBinary())
             process.arguments = arguments + ["--redis", url(user, redis)]
             var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("HERALD_") }

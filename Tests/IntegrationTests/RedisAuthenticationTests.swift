@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import HeraldTestSupport
 import Queue
 import Testing
 import Transport
@@ -9,13 +10,13 @@ final class PasswordRedisServer: @unchecked Sendable {
     let directory: TemporaryDirectory
     let port: Int
     let password: String
-    private let process: Process
+    private let process: TestProcess
 
     init(password: String) throws {
         directory = try TemporaryDirectory(prefix: "herald-redis-auth")
         self.password = password
         port = try RedisServer.freePort()
-        process = Process()
+        process = TestProcess()
         process.executableURL = URL(fileURLWithPath: try RedisServer.executable())
         // The password goes in a config file read from stdin, not on this process' command line.
         process.arguments = ["-"]

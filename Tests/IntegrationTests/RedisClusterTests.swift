@@ -1,6 +1,7 @@
 import APNs
 import Foundation
 import Glibc
+import HeraldTestSupport
 import Queue
 import Testing
 import Transport
@@ -535,7 +536,7 @@ extension IntegrationTests {
 
         /// Runs the herald binary to its end; no HERALD_* settings from the developer's shell.
         func runHerald(_ arguments: [String], environment extra: [String: String] = [:]) throws -> (status: Int32, stdout: String, stderr: String) {
-            let process = Process()
+            let process = TestProcess()
             process.executableURL = URL(fileURLWithPath: try WorkerHarness.heraldBinary())
             process.arguments = arguments
             var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("HERALD_") }

@@ -1,5 +1,6 @@
 import APNs
 import Foundation
+import HeraldTestSupport
 import MockAPNs
 import Queue
 import Testing
@@ -199,7 +200,7 @@ extension IntegrationTests {
                 let directory = try TemporaryDirectory(prefix: "herald-results")
                 let out = directory.path("tail.out")
                 _ = FileManager.default.createFile(atPath: out, contents: nil)
-                let process = Process()
+                let process = TestProcess()
                 process.executableURL = URL(fileURLWithPath: try QueueToolingHarness.binary())
                 process.arguments = ["results", "tail", "--json", "--count", "100", "--show-tokens"]
                 var environment = ProcessInfo.processInfo.environment

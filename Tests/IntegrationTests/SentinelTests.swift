@@ -1,6 +1,7 @@
 import APNs
 import Foundation
 import Glibc
+import HeraldTestSupport
 import MockAPNs
 import Queue
 import Synchronization
@@ -563,7 +564,7 @@ func runHerald(_ arguments: [String], environment: [String: String] = [:], in di
     let out = directory.path("\(name).out"), err = directory.path("\(name).err")
     _ = FileManager.default.createFile(atPath: out, contents: nil)
     _ = FileManager.default.createFile(atPath: err, contents: nil)
-    let process = Process()
+    let process = TestProcess()
     process.executableURL = URL(fileURLWithPath: try WorkerHarness.heraldBinary())
     process.arguments = arguments
     var variables = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("HERALD_") }

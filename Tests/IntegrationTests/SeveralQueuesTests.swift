@@ -1,6 +1,7 @@
 import APNs
 import Foundation
 import Glibc
+import HeraldTestSupport
 import MockAPNs
 import Queue
 import Testing
@@ -467,7 +468,7 @@ private func runPython(_ script: String, input: String) throws -> String {
     let directory = try TemporaryDirectory(prefix: "herald-shard-py")
     let scriptPath = directory.path("shard.py")
     try script.write(toFile: scriptPath, atomically: true, encoding: .utf8)
-    let process = Process()
+    let process = TestProcess()
     process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
     process.arguments = ["python3", scriptPath]
     let stdin = Pipe(), stdout = Pipe(), stderr = Pipe()

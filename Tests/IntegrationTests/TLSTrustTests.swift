@@ -1,5 +1,6 @@
 import APNs
 import Foundation
+import HeraldTestSupport
 import MockAPNs
 import Testing
 import Transport
@@ -88,7 +89,7 @@ extension IntegrationTests {
             }
             let bed = try await TestBed()
             defer { bed.shutdown() }
-            let server = Process()
+            let server = TestProcess()
             server.executableURL = URL(fileURLWithPath: openssl)
             let files = try TemporaryDirectory(prefix: "herald-it-alpn")
             let certificate = try SelfSignedCertificate.generate()

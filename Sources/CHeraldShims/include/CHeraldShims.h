@@ -34,6 +34,14 @@ int herald_accept4(int fd);
 /// this exits (PR_SET_PDEATHSIG), so a parent killed outright leaves no orphans. Returns 0 and
 /// sets `*pid`, or the errno of what failed (fork, opening the log, exec) in the child or here.
 int herald_spawn_tied(const char *file, char *const argv[], char *const envp[], const char *log_path, pid_t *pid);
+/// Starts `path` (an absolute path) with `argv` and `envp` through posix_spawn, for short-lived
+/// helpers and test fixtures: standard input, output and error are `stdin_fd`, `stdout_fd` and
+/// `stderr_fd` (each may be the same descriptor as its target), every other descriptor is closed
+/// in the child, no signals are blocked and all have their default action, and `cwd` (if not
+/// NULL) is its working directory. Unlike `herald_spawn_tied`, the child outlives this process.
+/// Returns 0 and sets `*pid`, or the errno of what failed.
+int herald_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
+                 int stdin_fd, int stdout_fd, int stderr_fd, pid_t *pid);
 /// Whether the calling thread is the process's main thread (the one whose exit ends the process).
 int herald_on_main_thread(void);
 

@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import HeraldAPI
+import HeraldTestSupport
 import Logging
 import Queue
 import Synchronization
@@ -81,13 +82,13 @@ func withAPIBed<T>(configure: (inout APIConfiguration) -> Void = { _ in }, _ bod
 
 /// `herald api` as a child process (the real binary, signals and all), its output kept in a file.
 final class APIProcess: @unchecked Sendable {
-    let process: Process
+    let process: TestProcess
     let logPath: String
     let port: Int
 
     init(redis: RedisServer, tokensFile: String, directory: TemporaryDirectory, extra: [String] = []) throws {
         port = try RedisServer.freePort()
-        process = Process()
+        process = TestProcess()
         process.executableURL = URL(fileURLWithPath: try WorkerHarness.heraldBinary())
         process.arguments = ["api", "--redis", redis.url, "--tokens-file", tokensFile, "--listen", "127.0.0.1:\(port)"] + extra
         process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("HERALD_") }

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import HeraldTestSupport
 import Transport
 
 /// A private Redis Cluster for one test: `masters` masters with one replica each, every node a
@@ -16,7 +17,7 @@ final class RedisClusterFixture: @unchecked Sendable {
     struct Node {
         let port: Int
         let directory: String
-        var process: Process?
+        var process: TestProcess?
     }
 
     let directory: TemporaryDirectory
@@ -77,8 +78,8 @@ final class RedisClusterFixture: @unchecked Sendable {
     }
 
     /// Starts one cluster node and waits until it answers PING.
-    private static func launch(port: Int, directory nodeDirectory: String) throws -> Process {
-        let process = Process()
+    private static func launch(port: Int, directory nodeDirectory: String) throws -> TestProcess {
+        let process = TestProcess()
         process.executableURL = URL(fileURLWithPath: try RedisServer.executable())
         process.arguments = [
             "--port", String(port), "--bind", "127.0.0.1", "--dir", nodeDirectory, "--save", "", "--appendonly", "no",
@@ -117,7 +118,7 @@ final class RedisClusterFixture: @unchecked Sendable {
 
     /// Runs `redis-cli` with `arguments`; its exit status and output.
     static func redisCLI(_ arguments: [String]) throws -> (status: Int32, text: String) {
-        let process = Process()
+        let process = TestProcess()
         let candidates = ["/usr/bin/redis-cli", "/usr/local/bin/redis-cli"]
         guard let cli = candidates.first(where: { access($0, X_OK) == 0 }) else {
             throw RedisServerError("redis-cli is not installed: run `make deps` (apt-get install redis-tools)")

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import HeraldTestSupport
 import Transport
 
 /// A private `redis-server` for one test: a free port on 127.0.0.1, a fresh temporary directory,
@@ -11,7 +12,7 @@ final class RedisServer: @unchecked Sendable {
     let appendOnly: Bool
     /// Set for a TLS-only server (`--port 0 --tls-port PORT`).
     let tls: TLS?
-    private var process: Process?
+    private var process: TestProcess?
 
     /// How a TLS-only server is set up: what it presents, whom it trusts, whether it requires
     /// client certificates (`--tls-auth-clients yes`), and what its clients trust and present.
@@ -86,8 +87,8 @@ final class RedisServer: @unchecked Sendable {
 
     /// Starts redis-server and waits until it answers PING; the error, or nil with `process` set.
     private static func launch(port: Int, directory: TemporaryDirectory, appendOnly: Bool, tls: TLS?,
-                               into slot: inout Process?) -> (any Error)? {
-        let process = Process()
+                               into slot: inout TestProcess?) -> (any Error)? {
+        let process = TestProcess()
         do {
             process.executableURL = URL(fileURLWithPath: try RedisServer.executable())
             var arguments = [

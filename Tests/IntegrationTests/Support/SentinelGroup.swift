@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import HeraldTestSupport
 import Queue
 import Transport
 
@@ -155,9 +156,9 @@ final class RedisProcess: @unchecked Sendable {
     let name: String
     let port: Int
     let directory: String
-    private var process: Process?
+    private var process: TestProcess?
 
-    private init(name: String, port: Int, directory: String, process: Process) {
+    private init(name: String, port: Int, directory: String, process: TestProcess) {
         self.name = name
         self.port = port
         self.directory = directory
@@ -181,7 +182,7 @@ final class RedisProcess: @unchecked Sendable {
         var lastError: (any Error)? = nil
         for _ in 0..<5 {
             let port = try RedisServer.freePort()
-            let process = Process()
+            let process = TestProcess()
             process.executableURL = URL(fileURLWithPath: try RedisServer.executable())
             process.arguments = try arguments(port, directory)
             process.standardInput = FileHandle.nullDevice

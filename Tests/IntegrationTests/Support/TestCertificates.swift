@@ -1,4 +1,5 @@
 import Foundation
+import HeraldTestSupport
 
 /// A private certificate authority for one test, made with the `openssl` command line: a CA, a
 /// server certificate it signed for `localhost` and `127.0.0.1` (what a `redis-server
@@ -58,7 +59,7 @@ struct TestCertificates: Sendable {
     }
 
     private static func openssl(_ arguments: [String]) throws {
-        let process = Process()
+        let process = TestProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
         process.arguments = arguments
         process.standardInput = FileHandle.nullDevice

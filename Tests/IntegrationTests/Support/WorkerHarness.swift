@@ -1,6 +1,7 @@
 import APNs
 import Foundation
 import Glibc
+import HeraldTestSupport
 import Logging
 import MockAPNs
 import Queue
@@ -224,12 +225,12 @@ final class InProcessWorker: @unchecked Sendable {
 
 /// `herald worker` as a child process, its standard error kept in a file for failure messages.
 final class WorkerProcess: @unchecked Sendable {
-    let process: Process
+    let process: TestProcess
     let logPath: String
 
     init(arguments: [String], logPath: String) throws {
         let binary = try WorkerHarness.heraldBinary()
-        process = Process()
+        process = TestProcess()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = ["worker"] + arguments
         // Only what the test passes: no HERALD_* settings from the developer's shell.

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldTestSupport
 
 /// What a finished subprocess left behind.
 struct SubprocessResult: Sendable, CustomStringConvertible {
@@ -52,7 +53,7 @@ enum Subprocess {
             FileManager.default.createFile(atPath: stderrPath, contents: nil)
         else { throw SubprocessError(description: "cannot create output files in \(scratch.path)") }
 
-        let process = Process()
+        let process = TestProcess()
         process.executableURL = URL(fileURLWithPath: resolved)
         process.arguments = arguments
         if let workingDirectory { process.currentDirectoryURL = URL(fileURLWithPath: workingDirectory) }
