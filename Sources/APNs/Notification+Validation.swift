@@ -42,6 +42,13 @@ extension Notification {
     /// ends like a push type's suffix (an app called `com.example.voip` is legitimate).
     public func validate(bundleID: String?) throws(NotificationError) {
         try validateDeviceToken()
+        try validateAllButDeviceToken(bundleID: bundleID)
+    }
+
+    /// `validate(bundleID:)` without the device token: for a template whose token is kept apart
+    /// and checked with `deviceTokenError` first (the job decoder's), so its errors come in the
+    /// same order.
+    public func validateAllButDeviceToken(bundleID: String?) throws(NotificationError) {
         try validateTopic()
         if let error = Self.topicPushTypeError(topic: topic, pushType: pushType, bundleID: bundleID) { throw error }
         if let priority, !pushType.allows(priority) {

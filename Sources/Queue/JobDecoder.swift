@@ -36,9 +36,12 @@ public enum JobDecoder {
     }
 
     public static func decode(entryID: StreamEntryID, fields: StreamFields, defaults: JobDefaults) -> Result<Job, JobError> {
-        var token: ArraySlice<UInt8>? = nil
-        var tokens: ArraySlice<UInt8>? = nil
-        var payload: ArraySlice<UInt8>? = nil
+        // Where each value lies in the packed buffer: read in place (text, the token) where a
+        // slice would retain and release the buffer once per field. Only the payload, which the
+        // job keeps, and the rare fields below become slices.
+        var token: Range<Int>? = nil
+        var tokens: Range<Int>? = nil
+        var payloadRange: Range<Int>? = nil
         var topic: String? = nil
         var pushTypeText: String? = nil
         var priorityText: String? = nil
@@ -49,8 +52,8 @@ public enum JobDecoder {
         var origin: String? = nil
         var enqueuedAtText: String? = nil
         var idBase: String? = nil
-        var channelID: ArraySlice<UInt8>? = nil
-        var deliverAtBytes: ArraySlice<UInt8>? = nil
+        var channelIDRange: Range<Int>? = nil
+        var deliverAtRange: Range<Int>? = nil
         var scheduled = false
         var unknown = 0
         for index in 0..<fields.count {
@@ -58,28 +61,29 @@ public enum JobDecoder {
                 unknown += 1
                 continue
             }
-            let value = fields.value(at: index)
+            let value = fields.valueRange(index)
             switch kind {
             case .token: token = value
             case .tokens: tokens = value
-            case .payload: payload = value
-            case .topic: topic = text(value)
-            case .pushType: pushTypeText = text(value)
-            case .priority: priorityText = text(value)
-            case .expiration: expirationText = text(value)
-            case .collapseID: collapseID = text(value)
-            case .id: id = text(value)
-            case .attempts: attemptsText = text(value)
-            case .origin: origin = text(value)
-            case .enqueuedAt: enqueuedAtText = text(value)
-            case .idBase: idBase = text(value)
-            case .channelID: channelID = value
+            case .payload: payloadRange = value
+            case .topic: topic = fields.withBytes(value, text)
+            case .pushType: pushTypeText = fields.withBytes(value, text)
+            case .priority: priorityText = fields.withBytes(value, text)
+            case .expiration: expirationText = fields.withBytes(value, text)
+            case .collapseID: collapseID = fields.withBytes(value, text)
+            case .id: id = fields.withBytes(value, text)
+            case .attempts: attemptsText = fields.withBytes(value, text)
+            case .origin: origin = fields.withBytes(value, text)
+            case .enqueuedAt: enqueuedAtText = fields.withBytes(value, text)
+            case .idBase: idBase = fields.withBytes(value, text)
+            case .channelID: channelIDRange = value
             case .ignored: break
-            case .deliverAt: deliverAtBytes = value
+            case .deliverAt: deliverAtRange = value
             case .scheduled: scheduled = !value.isEmpty
             }
         }
-        guard let payload, !payload.isEmpty else { return .failure(.missingPayload) }
+        guard let payloadRange, !payloadRange.isEmpty else { return .failure(.missingPayload) }
+        let payload = fields.slice(payloadRange)
         // Herald's own numbers, range-checked so no sum or product on them can overflow later.
         var attempts = 0
         if let attemptsText, !attemptsText.isEmpty {
@@ -107,7 +111,8 @@ public enum JobDecoder {
         }
         // Checked even when the job was already held for it (`scheduled`): a dead letter of a bad value says so at once.
         var deliverAt: Int64? = nil
-        if let deliverAtBytes, !deliverAtBytes.isEmpty {
+        if let deliverAtRange, !deliverAtRange.isEmpty {
+            let deliverAtBytes = fields.slice(deliverAtRange)
             guard let value = DeliverAt.parse(Array(deliverAtBytes)) else { return .failure(.badDeliverAt(text(deliverAtBytes))) }
             if !scheduled { deliverAt = value }
         }
@@ -116,9 +121,11 @@ public enum JobDecoder {
         // The usual job (`token` only) keeps its token without a list: no array per job.
         var single: String? = nil
         if let token, !token.isEmpty {
-            if tokens == nil { single = lowercased(token) } else { tokenList.append(lowercased(token)) }
+            let folded = fields.withBytes(token, lowercased)
+            if tokens == nil { single = folded } else { tokenList.append(folded) }
         }
-        if let tokens {
+        if let tokensRange = tokens {
+            let tokens = fields.slice(tokensRange)
             // Room for the usual fan-out field (64 hex digits and a comma each) at once, not by doubling.
             tokenList.reserveCapacity(tokenList.count + tokens.count / 65 + 1)
             for part in tokens.split(separator: 0x2C, omittingEmptySubsequences: true) {
@@ -128,7 +135,7 @@ public enum JobDecoder {
                 tokenList.append(lowercased(part[first...last]))
             }
         }
-        if tokenList.isEmpty, single == nil, channelID == nil { return .failure(.missingToken) }
+        if tokenList.isEmpty, single == nil, channelIDRange == nil { return .failure(.missingToken) }
         if tokenList.count > defaults.maxTokensPerJob {
             return .failure(.tooManyTokens(count: tokenList.count, limit: defaults.maxTokensPerJob))
         }
@@ -150,8 +157,8 @@ public enum JobDecoder {
             expiration = value
         }
         if let id, !id.isEmpty, !UUIDString.isCanonical(id) { return .failure(.badAPNsID(id)) }
-        if let channelID {
-            return decodeBroadcast(entryID: entryID, fields: fields, channelID: channelID, hasTokens: !tokenList.isEmpty || single != nil,
+        if let channelIDRange {
+            return decodeBroadcast(entryID: entryID, fields: fields, channelID: fields.slice(channelIDRange), hasTokens: !tokenList.isEmpty || single != nil,
                                    pushTypeText: pushTypeText, topic: topic, priority: priority, expiration: expiration,
                                    collapseID: collapseID, payload: payload, id: id, idBase: idBase, origin: origin,
                                    originID: originID, enqueuedAt: enqueuedAt, attempts: attempts, unknown: unknown, defaults: defaults)
@@ -163,11 +170,15 @@ public enum JobDecoder {
         if single != nil || tokenList.count == 1 {
             // One token (the usual job): validate() checks it with the rest; no second list.
             let only = single ?? tokenList[0]
-            // Validated here, then handed over (`consume`): 82 instructions a job fewer than
-            // building it as `makeJob`'s argument and validating it there (callgrind, `decode`).
-            let template = Notification(deviceToken: only, topic: resolvedTopic, pushType: pushType, priority: priority,
+            // The template never holds the token (the job keeps it in `tokens`): built with it
+            // and emptied in `makeJob`, it was copied whole on the way (a retain and release of
+            // each of its references). Checked in `validate`'s order: the token, then the rest.
+            if let error = Notification.deviceTokenError(only) { return .failure(.notification(error)) }
+            let template = Notification(deviceToken: "", topic: resolvedTopic, pushType: pushType, priority: priority,
                                         expiration: expiration, collapseID: collapse, apnsID: nil, payload: payload)
-            if let error = Notification.validationError(of: template, bundleID: defaults.bundleID) { return .failure(.notification(error)) }
+            if let error = Notification.validationErrorApartFromToken(of: template, bundleID: defaults.bundleID) {
+                return .failure(.notification(error))
+            }
             return makeJob(entryID: entryID, fields: fields, tokens: JobTokens(only), invalid: [], template: consume template,
                            id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt, attempts: attempts,
                            unknown: unknown, defaults: defaults, deliverAt: deliverAt)
@@ -198,6 +209,7 @@ public enum JobDecoder {
         if !checkedTemplate, tokenList.count == 1, let only = invalid.first {
             return .failure(.notification(only.1))
         }
+        template.deviceToken = ""
         return makeJob(entryID: entryID, fields: fields, tokens: JobTokens(valid), invalid: invalid, template: template,
                        id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt, attempts: attempts,
                        unknown: unknown, defaults: defaults, deliverAt: deliverAt)
@@ -209,7 +221,6 @@ public enum JobDecoder {
         origin: String?, originID: StreamEntryID?, enqueuedAt: Int64?, attempts: Int, unknown: Int, defaults: JobDefaults,
         deliverAt: Int64? = nil
     ) -> Result<Job, JobError> {
-        template.deviceToken = ""
         let originID = originID ?? entryID
         let explicitID = id.flatMap { $0.isEmpty ? nil : $0 }
         let idBase = idBase.flatMap { $0.isEmpty ? nil : $0 }
@@ -228,29 +239,37 @@ public enum JobDecoder {
     @inline(__always)
     static func text(_ bytes: ArraySlice<UInt8>) -> String { String(decoding: bytes, as: UTF8.self) }
 
-    /// The bytes as a String with ASCII A–F folded to lowercase (a copy only when needed).
+    @inline(__always)
+    static func text(_ bytes: UnsafeRawBufferPointer) -> String {
+        String(decoding: bytes.assumingMemoryBound(to: UInt8.self), as: UTF8.self)
+    }
+
+    /// The bytes as a String with ASCII A–Z folded to lowercase.
     static func lowercased(_ bytes: ArraySlice<UInt8>) -> String {
+        bytes.withUnsafeBytes(lowercased)
+    }
+
+    /// The bytes as a String with ASCII A–Z folded to lowercase.
+    static func lowercased(_ source: UnsafeRawBufferPointer) -> String {
         // One pass: the bytes are folded as they are copied into the string (A–Z are one byte
         // each in UTF-8, so folding them never changes how the rest decodes).
-        bytes.withUnsafeBufferPointer { source in
-            String(unsafeUninitializedCapacity: source.count) { target in
-                for index in 0..<source.count {
-                    let byte = source[index]
-                    target[index] = byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte
-                }
-                return source.count
+        String(unsafeUninitializedCapacity: source.count) { target in
+            for index in 0..<source.count {
+                let byte = source[index]
+                target[index] = byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte
             }
+            return source.count
         }
     }
 }
 
 extension Notification {
-    /// `validate(bundleID:)`'s error, or nil when the notification is valid. No `catch` block
+    /// `validateAllButDeviceToken(bundleID:)`'s error, or nil. No `catch` block
     /// around the template in the decoder: the template must stay consumable there. Borrowed,
     /// so it can never be copied on the way.
-    fileprivate static func validationError(of notification: borrowing Notification, bundleID: String?) -> NotificationError? {
+    fileprivate static func validationErrorApartFromToken(of notification: borrowing Notification, bundleID: String?) -> NotificationError? {
         do {
-            try notification.validate(bundleID: bundleID)
+            try notification.validateAllButDeviceToken(bundleID: bundleID)
             return nil
         } catch {
             return error

@@ -74,6 +74,8 @@ extension JobDecoder {
             expiration: expiration, collapseID: nil, apnsID: nil, payload: payload)
         template.isBroadcast = true
         do { try template.validateBroadcast() } catch { return .failure(.notification(error)) }
+        // The job keeps the channel in `tokens`; each send sets it again.
+        template.deviceToken = ""
         return makeJob(entryID: entryID, fields: fields, tokens: JobTokens(channelID), invalid: [], template: template,
                        id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt,
                        attempts: attempts, unknown: unknown, defaults: defaults)

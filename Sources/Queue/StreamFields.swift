@@ -81,14 +81,25 @@ public struct StreamFields: Sendable {
         header + boundary(2 * index)..<header + boundary(2 * index + 1)
     }
 
-    /// Where the value of field `index` lies in `storage`.
-    @inline(__always) private func valueRange(_ index: Int) -> Range<Int> {
+    /// Where the value of field `index` lies in `storage` (see `slice` and `withBytes`).
+    @inline(__always) func valueRange(_ index: Int) -> Range<Int> {
         header + boundary(2 * index + 1)..<header + boundary(2 * index + 2)
     }
 
     /// The value of field `index`: a slice of the packed buffer (no copy).
     public func value(at index: Int) -> ArraySlice<UInt8> {
         storage[valueRange(index)]
+    }
+
+    /// The bytes at `range` (a `valueRange`) as a slice of the packed buffer, which it retains.
+    @inline(__always) func slice(_ range: Range<Int>) -> ArraySlice<UInt8> {
+        storage[range]
+    }
+
+    /// The bytes at `range` (a `valueRange`), valid during `body`: read in place, with no slice
+    /// and so no retain and release of the buffer.
+    @inline(__always) func withBytes<R>(_ range: Range<Int>, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+        storage.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[range])) }
     }
 
     /// The name of field `index` as raw bytes, valid during `body`.

@@ -52,6 +52,30 @@ import Testing
         #expect(!error.description.isEmpty)
     }
 
+    /// The one-token job checks its token apart from its template: a job wrong in both says
+    /// what is wrong with the token, as `Notification.validate` would, and the decoded job
+    /// keeps its token (folded to lowercase) in `tokens`, with every field of the rest read
+    /// whole from the packed buffer.
+    @Test func aOneTokenJobIsCheckedTokenFirstAndKeepsItsTokenApart() throws {
+        let both = Self.decode([("token", "zz"), ("payload", "[1]"), ("priority", "5"), ("push_type", "background")])
+        guard case .failure(let error) = both else {
+            Issue.record("a job with a bad token and a bad payload decoded")
+            return
+        }
+        #expect(error.code == "bad_device_token")
+        let upper = Self.token.uppercased()
+        let job = try Self.decode([("collapse_id", "order-4711"), ("token", upper), ("payload", #"{"aps":{}}"#),
+                                   ("topic", "com.example.app"), ("priority", "5"), ("push_type", "background"),
+                                   ("expiration", "1700000000")]).get()
+        #expect(job.tokens == [Self.token])
+        #expect(job.template.deviceToken.isEmpty)
+        #expect(job.template.collapseID == "order-4711")
+        #expect(job.template.priority == .powerAware)
+        #expect(job.template.pushType == .background)
+        #expect(job.template.expiration == 1_700_000_000)
+        #expect(Array(job.template.payload) == Array(#"{"aps":{}}"#.utf8))
+    }
+
     @Test func jobWithoutTopicNeedsABundleID() {
         let result = Self.decode([("token", Self.token), ("payload", "{}")], defaults: JobDefaults())
         #expect(throws: JobError.noTopic) { try result.get() }
