@@ -46,6 +46,23 @@ public struct Notification: Sendable {
     /// (stable apns-ids, retries, feedback) serves channels without a second code path.
     public var isBroadcast: Bool
 
+    /// The priority to write in `apns-priority`: the one given, else the push type's default.
+    /// Always send it, because APNs' own default (10) is wrong for `background`.
+    public var effectivePriority: Priority {
+        priority ?? pushType.defaultPriority
+    }
+
+    /// The device token in lowercase hex, the form to put in the request path and in dead-token
+    /// reports so that one device always has one spelling. Returns `deviceToken` itself, without
+    /// allocating, when it has no uppercase letters.
+    public var normalizedDeviceToken: String {
+        guard deviceToken.utf8.contains(where: { $0 &- UInt8(ascii: "A") < 26 }) else { return deviceToken }
+        return String(
+            decoding: deviceToken.utf8.map { $0 &- UInt8(ascii: "A") < 26 ? $0 | 0x20 : $0 }, as: UTF8.self)
+    }
+}
+
+extension Notification {
     /// A notification whose payload is a whole array (a copy-free slice of it is kept).
     @inlinable
     public init(
@@ -63,37 +80,15 @@ public struct Notification: Sendable {
     }
 
     /// The same, with the payload a slice of a larger buffer (a job's fields, as read).
-    /// Inlinable: the decoder builds one per job, and a call across the module boundary cost
-    /// ~100 instructions more.
-    @inlinable
+    ///
+    /// Declared in an extension and handed to the memberwise initializer: written as
+    /// assignments to `self`, the optimizer built the value in a temporary and copied it whole
+    /// into place (a retain and release of each of its references, for every job decoded).
     public init(
         deviceToken: String, topic: String, pushType: PushType, priority: Priority? = nil, expiration: Int64? = nil,
         collapseID: String? = nil, apnsID: String? = nil, payload: ArraySlice<UInt8>
     ) {
-        self.deviceToken = deviceToken
-        self.topic = topic
-        self.pushType = pushType
-        self.priority = priority
-        self.expiration = expiration
-        self.collapseID = collapseID
-        self.apnsIDText = apnsID
-        self.apnsIDValue = nil
-        self.payload = payload
-        self.isBroadcast = false
-    }
-
-    /// The priority to write in `apns-priority`: the one given, else the push type's default.
-    /// Always send it, because APNs' own default (10) is wrong for `background`.
-    public var effectivePriority: Priority {
-        priority ?? pushType.defaultPriority
-    }
-
-    /// The device token in lowercase hex, the form to put in the request path and in dead-token
-    /// reports so that one device always has one spelling. Returns `deviceToken` itself, without
-    /// allocating, when it has no uppercase letters.
-    public var normalizedDeviceToken: String {
-        guard deviceToken.utf8.contains(where: { $0 &- UInt8(ascii: "A") < 26 }) else { return deviceToken }
-        return String(
-            decoding: deviceToken.utf8.map { $0 &- UInt8(ascii: "A") < 26 ? $0 | 0x20 : $0 }, as: UTF8.self)
+        self.init(deviceToken: deviceToken, topic: topic, pushType: pushType, priority: priority, expiration: expiration,
+                  collapseID: collapseID, apnsIDText: apnsID, apnsIDValue: nil, payload: payload, isBroadcast: false)
     }
 }
