@@ -68,5 +68,7 @@ extern const size_t herald_pool_max_held_bytes;
 /// Asks the CPU to bring the cache line at `address` in for writing, without waiting for it: a
 /// hint with no effect on what the program computes, so any address is safe.
 static inline void herald_prefetch_for_write(const void *address) { __builtin_prefetch(address, 1, 3); }
+/// Starts loading the cache line at `address` for reading (a hint; never faults).
+static inline void herald_prefetch_for_read(const void *address) { __builtin_prefetch(address, 0, 3); }
 
 #endif
