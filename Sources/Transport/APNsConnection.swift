@@ -80,6 +80,12 @@ public func prefetchForWrite(_ address: UnsafeRawPointer) {
     herald_prefetch_for_write(address)
 }
 
+/// Starts loading the cache line at `address` for reading, without waiting for it. A hint.
+@inlinable @inline(__always)
+public func prefetchForRead(_ address: UnsafeRawPointer) {
+    herald_prefetch_for_read(address)
+}
+
 // Where the header of a string's or an array's heap storage lies, the line a release writes (its
 // reference count), for prefetch hints: the bytes of a native string and the elements of an array
 // follow a 32-byte header (object header, then count and capacity or flags). Read without
@@ -579,10 +585,10 @@ public final class APNsConnection: HTTP2Endpoint {
         let end = min(payload.count, 512)
         var offset = 0
         while offset < end {
-            herald_prefetch_for_read(base + offset)
+            prefetchForRead(base + offset)
             offset += 64
         }
-        herald_prefetch_for_read(base + (end - 1))
+        prefetchForRead(base + (end - 1))
     }
 
     /// With thousands of streams in flight, what a completion touches has left the caches by the

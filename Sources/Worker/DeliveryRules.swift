@@ -155,6 +155,12 @@ public final class DeliveryRules {
             return context
         }
 
+        /// The context `ahead` places behind the next one `pop` returns (0: that one), if any.
+        func peek(ahead: Int) -> UInt64? {
+            let position = head + ahead
+            return position < items.count ? items[position] : nil
+        }
+
         /// Puts `context` first in line.
         mutating func pushFront(_ context: UInt64) {
             if head > 0 {
@@ -200,6 +206,12 @@ public final class DeliveryRules {
 
         /// Puts a token first in line (a resend, or one the pool could not take).
         mutating func pushFront(_ context: UInt64) { queue.pushFront(context) }
+
+        /// A context `ahead` places behind the next `pop`, for prefetch hints: exact while one
+        /// line serves, a guess when urgent and bulk tokens take turns.
+        func peek(ahead: Int) -> UInt64? {
+            urgent.isEmpty ? queue.peek(ahead: ahead) : urgent.peek(ahead: ahead)
+        }
 
         mutating func takeAll() -> ArraySlice<UInt64> {
             var taken = urgent.takeAll()
@@ -598,6 +610,7 @@ public final class DeliveryRules {
     /// outcome here instead of being returned.
     public func nextSend(lane laneIndex: Int, now: Int64) -> NotificationSend? {
         guard !lanes[laneIndex].halted else { return nil }
+        prefetchUpcomingSends(lane: laneIndex)
         while let context = lanes[laneIndex].pop() {
             let index = Int(context >> 16)
             let tokenIndex = Int(context & 0xFFFF)
@@ -1106,6 +1119,34 @@ extension DeliveryRules {
             // The reference's bits, read as an address: nothing retained, nothing of the record read.
             let record = UnsafeRawPointer(records.baseAddress! + position).load(as: UnsafeRawPointer.self)
             for line in 0..<3 { prefetchForWrite(record + 64 * line) }
+        }
+    }
+
+    /// Requests what the next sends of `laneIndex` read, a few sends ahead: with thousands of
+    /// tokens queued, their table entries, records and jobs have left the caches, and each send
+    /// waited on the three in turn (the table, then the record, then the job). Each call moves
+    /// every upcoming send one step along: the table entry of the third, the record of the second
+    /// (its entry was requested a call before), and the job of the next (its record was).
+    @inline(__always)
+    private func prefetchUpcomingSends(lane laneIndex: Int) {
+        jobs.withUnsafeBufferPointer { table in
+            guard let base = table.baseAddress else { return }
+            let stride = MemoryLayout<JobRecord?>.stride
+            func entry(_ context: UInt64) -> UnsafeRawPointer? {
+                let index = Int(context >> 16)
+                return index < table.count ? UnsafeRawPointer(base) + index * stride : nil
+            }
+            // An optional reference is one pointer, nil as zero: read as bits, nothing retained.
+            func record(_ context: UInt64) -> UnsafeRawPointer? {
+                entry(context).flatMap { UnsafeRawPointer(bitPattern: $0.load(as: UInt.self)) }
+            }
+            if let context = lanes[laneIndex].peek(ahead: 3), let entry = entry(context) { prefetchForRead(entry) }
+            if let context = lanes[laneIndex].peek(ahead: 2), let record = record(context) {
+                for line in 0..<3 { prefetchForRead(record + 64 * line) }
+            }
+            if let context = lanes[laneIndex].peek(ahead: 1), let record = record(context) {
+                DeliveryRules.prefetchJob(at: Unmanaged<JobRecord>.fromOpaque(record)._withUnsafeGuaranteedRef { $0.jobAddress })
+            }
         }
     }
 
