@@ -68,6 +68,7 @@ public protocol CompletionPrefetching: AnyObject {
 extension Notification {
     /// Where the headers of the objects releasing a copy of this notification writes lie: its
     /// device token's string and its payload's storage. For prefetch hints only.
+    @inline(__always)
     var objectHeaders: (token: UnsafeRawPointer?, payload: UnsafeRawPointer?) {
         (storageHeader(of: deviceToken), storageHeader(of: payload))
     }
@@ -136,7 +137,13 @@ public final class APNsConnection: HTTP2Endpoint {
     public private(set) var streamsOpened = 0
 
     /// `bearer <JWT>` bytes for token auth; nil for certificate auth. Set by the pool.
-    public private(set) var authorization: [UInt8]? = nil
+    public private(set) var authorization: [UInt8]? = nil {
+        // The array's storage neither moves nor changes while the property holds it.
+        didSet { authorizationBytes = authorization?.withUnsafeBufferPointer { $0 } }
+    }
+    /// `authorization`'s bytes, for `submit`: reading the array there retained and released it
+    /// around every request (nghttp2 copies the value, so the bytes need to live only that long).
+    private var authorizationBytes: UnsafeBufferPointer<UInt8>? = nil
     /// What the pool bound to this connection: token generation and when a request first carried
     /// it (wall ms; APNs' 20-minute rule counts from the first use, not from the binding).
     public private(set) var tokenGeneration: UInt64 = 0
@@ -355,7 +362,7 @@ public final class APNsConnection: HTTP2Endpoint {
         let index = Int(slotIndex)
         // nghttp2 copies the header list, and no callback runs inside submit: the request is moved
         // into its slot afterwards (a move, not a copy: no retain of each of its references).
-        let submitted = headers.withHeaders(for: request.notification, authorization: authorization) { nva, count in
+        let submitted = headers.withHeaders(for: request.notification, authorizationBytes: authorizationBytes) { nva, count in
             var provider = nghttp2_data_provider()
             provider.source.ptr = UnsafeMutableRawPointer(bitPattern: index + 1)
             provider.read_callback = apnsReadPayload
@@ -388,9 +395,12 @@ public final class APNsConnection: HTTP2Endpoint {
         }
         request.submittedAt = loop.now
         slots[index].context = request.context
-        slots[index].objectHeaders = request.notification.objectHeaders
         // The storage of a slice held in the slot neither moves nor changes: its address outlives this call.
         let payload = request.notification.payload.withUnsafeBytes { $0 }
+        // The payload storage's header from the bytes just read (see `storageHeader(of:)`):
+        // computed apart, the slice was retained and released to find it.
+        let payloadHeader = payload.baseAddress.map { $0 - request.notification.payload.startIndex - 32 }
+        slots[index].objectHeaders = (storageHeader(of: request.notification.deviceToken), UnsafeRawPointer(payloadHeader))
         slots[index].payload = payload
         prefetchPayload(payload)
         slots[index].request = consume request

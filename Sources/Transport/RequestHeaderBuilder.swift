@@ -97,6 +97,16 @@ public final class RequestHeaderBuilder {
         for notification: Notification, authorization: [UInt8]?,
         _ body: (UnsafePointer<nghttp2_nv>, Int) -> R
     ) -> R? {
+        guard let authorization else { return withHeaders(for: notification, authorizationBytes: nil, body) }
+        return authorization.withUnsafeBufferPointer { withHeaders(for: notification, authorizationBytes: $0, body) }
+    }
+
+    /// The same, with the `authorization` value's bytes (valid during the call).
+    @inline(__always)
+    public func withHeaders<R>(
+        for notification: Notification, authorizationBytes authorization: UnsafeBufferPointer<UInt8>?,
+        _ body: (UnsafePointer<nghttp2_nv>, Int) -> R
+    ) -> R? {
         if notification.isBroadcast { return withBroadcastHeaders(for: notification, authorization: authorization, body) }
         var writer = Writer(base: scratch, capacity: scratchCapacity)
         var count = 0
@@ -149,7 +159,7 @@ public final class RequestHeaderBuilder {
     /// APNs sees), `apns-expiration` when given, `apns-id` and the provider token. No collapse id:
     /// broadcasts have none (the decoder refuses one).
     private func withBroadcastHeaders<R>(
-        for notification: Notification, authorization: [UInt8]?,
+        for notification: Notification, authorization: UnsafeBufferPointer<UInt8>?,
         _ body: (UnsafePointer<nghttp2_nv>, Int) -> R
     ) -> R? {
         var writer = Writer(base: scratch, capacity: scratchCapacity)
