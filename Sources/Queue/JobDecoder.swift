@@ -168,7 +168,7 @@ public enum JobDecoder {
         }
         let collapse = collapseID.flatMap { $0.isEmpty ? nil : $0 }
         if single != nil || tokenList.count == 1 {
-            // One token (the usual job): validate() checks it with the rest; no second list.
+            // One token (the usual job): no second list.
             let only = single ?? tokenList[0]
             // The template never holds the token (the job keeps it in `tokens`): built with it
             // and emptied in `makeJob`, it was copied whole on the way (a retain and release of

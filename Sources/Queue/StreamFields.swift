@@ -88,7 +88,7 @@ public struct StreamFields: Sendable {
 
     /// The value of field `index`: a slice of the packed buffer (no copy).
     public func value(at index: Int) -> ArraySlice<UInt8> {
-        storage[valueRange(index)]
+        slice(valueRange(index))
     }
 
     /// The bytes at `range` (a `valueRange`) as a slice of the packed buffer, which it retains.
@@ -96,7 +96,7 @@ public struct StreamFields: Sendable {
         storage[range]
     }
 
-    /// The bytes at `range` (a `valueRange`), valid during `body`: read in place, with no slice
+    /// The bytes at `range` (a `valueRange` or a name's), valid during `body`: read in place, with no slice
     /// and so no retain and release of the buffer.
     @inline(__always) func withBytes<R>(_ range: Range<Int>, _ body: (UnsafeRawBufferPointer) -> R) -> R {
         storage.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[range])) }
@@ -104,8 +104,7 @@ public struct StreamFields: Sendable {
 
     /// The name of field `index` as raw bytes, valid during `body`.
     public func withName<R>(at index: Int, _ body: (UnsafeRawBufferPointer) -> R) -> R {
-        let range = nameRange(index)
-        return storage.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[range])) }
+        withBytes(nameRange(index), body)
     }
 
     /// The name of field `index` as text (see `FieldName.decode`).

@@ -68,9 +68,17 @@ public protocol CompletionPrefetching: AnyObject {
 extension Notification {
     /// Where the headers of the objects releasing a copy of this notification writes lie: its
     /// device token's string and its payload's storage. For prefetch hints only.
-    @inline(__always)
     var objectHeaders: (token: UnsafeRawPointer?, payload: UnsafeRawPointer?) {
-        (storageHeader(of: deviceToken), storageHeader(of: payload))
+        payload.withUnsafeBytes { objectHeaders(payloadBytes: $0) }
+    }
+
+    /// The same, from the payload's bytes as `payload.withUnsafeBytes` gives them (`submit`
+    /// reads them anyway): a slice's storage is its base array's, so its header lies
+    /// `startIndex` bytes and the 32-byte header before the slice's first byte. Reading the
+    /// slice apart for it retained and released the payload's storage.
+    @inline(__always)
+    func objectHeaders(payloadBytes: UnsafeRawBufferPointer) -> (token: UnsafeRawPointer?, payload: UnsafeRawPointer?) {
+        (storageHeader(of: deviceToken), payloadBytes.baseAddress.map { $0 - payload.startIndex - 32 })
     }
 }
 
@@ -103,12 +111,6 @@ public func storageHeader<Element>(of array: [Element]) -> UnsafeRawPointer? {
     array.withUnsafeBytes { $0.baseAddress.map { $0 - 32 } }
 }
 
-/// A slice's storage is its base array's: the header lies before the array's first element,
-/// `startIndex` elements before the slice's first.
-@inlinable
-public func storageHeader<Element>(of slice: ArraySlice<Element>) -> UnsafeRawPointer? {
-    slice.withUnsafeBytes { $0.baseAddress.map { $0 - slice.startIndex * MemoryLayout<Element>.stride - 32 } }
-}
 
 /// One HTTP/2 connection to APNs (or the emulator): TLS, nghttp2 client session, and a fixed
 /// table of stream slots that holds each in-flight notification until its response.
@@ -397,10 +399,7 @@ public final class APNsConnection: HTTP2Endpoint {
         slots[index].context = request.context
         // The storage of a slice held in the slot neither moves nor changes: its address outlives this call.
         let payload = request.notification.payload.withUnsafeBytes { $0 }
-        // The payload storage's header from the bytes just read (see `storageHeader(of:)`):
-        // computed apart, the slice was retained and released to find it.
-        let payloadHeader = payload.baseAddress.map { $0 - request.notification.payload.startIndex - 32 }
-        slots[index].objectHeaders = (storageHeader(of: request.notification.deviceToken), UnsafeRawPointer(payloadHeader))
+        slots[index].objectHeaders = request.notification.objectHeaders(payloadBytes: payload)
         slots[index].payload = payload
         prefetchPayload(payload)
         slots[index].request = consume request

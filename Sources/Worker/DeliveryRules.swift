@@ -1130,24 +1130,37 @@ extension DeliveryRules {
     @inline(__always)
     private func prefetchUpcomingSends(lane laneIndex: Int) {
         jobs.withUnsafeBufferPointer { table in
-            guard let base = table.baseAddress else { return }
-            let stride = MemoryLayout<JobRecord?>.stride
-            func entry(_ context: UInt64) -> UnsafeRawPointer? {
-                let index = Int(context >> 16)
-                return index < table.count ? UnsafeRawPointer(base) + index * stride : nil
+            if let context = lanes[laneIndex].peek(ahead: 3), let entry = DeliveryRules.entry(of: context, in: table) {
+                prefetchForRead(entry)
             }
-            // An optional reference is one pointer, nil as zero: read as bits, nothing retained.
-            func record(_ context: UInt64) -> UnsafeRawPointer? {
-                entry(context).flatMap { UnsafeRawPointer(bitPattern: $0.load(as: UInt.self)) }
-            }
-            if let context = lanes[laneIndex].peek(ahead: 3), let entry = entry(context) { prefetchForRead(entry) }
-            if let context = lanes[laneIndex].peek(ahead: 2), let record = record(context) {
+            if let context = lanes[laneIndex].peek(ahead: 2), let record = DeliveryRules.record(of: context, in: table) {
                 for line in 0..<3 { prefetchForRead(record + 64 * line) }
             }
-            if let context = lanes[laneIndex].peek(ahead: 1), let record = record(context) {
-                DeliveryRules.prefetchJob(at: Unmanaged<JobRecord>.fromOpaque(record)._withUnsafeGuaranteedRef { $0.jobAddress })
+            if let context = lanes[laneIndex].peek(ahead: 1), let record = DeliveryRules.record(of: context, in: table) {
+                DeliveryRules.prefetchJob(at: DeliveryRules.jobAddress(ofRecordAt: record))
             }
         }
+    }
+
+    /// Where the jobs-table entry of `context` lies, if the table has one, for prefetch hints.
+    @inline(__always)
+    static func entry(of context: UInt64, in table: UnsafeBufferPointer<JobRecord?>) -> UnsafeRawPointer? {
+        let index = Int(context >> 16)
+        guard index < table.count, let base = table.baseAddress else { return nil }
+        return UnsafeRawPointer(base + index)
+    }
+
+    /// The record at `context`'s entry, as an address: an optional reference is one pointer,
+    /// nil as zero, so its bits are read and nothing is retained.
+    @inline(__always)
+    static func record(of context: UInt64, in table: UnsafeBufferPointer<JobRecord?>) -> UnsafeRawPointer? {
+        entry(of: context, in: table).flatMap { UnsafeRawPointer(bitPattern: $0.load(as: UInt.self)) }
+    }
+
+    /// The address of the job held by the record at `record` (read without retaining either).
+    @inline(__always)
+    static func jobAddress(ofRecordAt record: UnsafeRawPointer) -> UnsafeRawPointer {
+        Unmanaged<JobRecord>.fromOpaque(record)._withUnsafeGuaranteedRef { $0.jobAddress }
     }
 
     /// Prefetches the objects owned by the finished job of the next record `admit` takes.
@@ -1165,22 +1178,14 @@ extension DeliveryRules: CompletionPrefetching {
     /// read as addresses: binding a record would retain it, a write to the very line being loaded.
     public func prefetch(contexts: UnsafeBufferPointer<UInt64>) {
         jobs.withUnsafeBufferPointer { table in
-            guard let base = table.baseAddress else { return }
-            // An optional reference is one pointer, nil as zero (so a `UInt` load reads it).
-            func record(_ context: UInt64) -> UnsafeRawPointer? {
-                let index = Int(context >> 16)
-                guard index < table.count else { return nil }
-                return UnsafeRawPointer(bitPattern: UnsafeRawPointer(base).load(fromByteOffset: index * MemoryLayout<JobRecord?>.stride,
-                                                                                as: UInt.self))
-            }
             // A record's fields fill about two lines; three cover them wherever it starts.
             for context in contexts {
-                guard let record = record(context) else { continue }
+                guard let record = DeliveryRules.record(of: context, in: table) else { continue }
                 for line in 0..<3 { prefetchForWrite(record + 64 * line) }
             }
             for context in contexts {
-                guard let record = record(context) else { continue }
-                DeliveryRules.prefetchJob(at: Unmanaged<JobRecord>.fromOpaque(record)._withUnsafeGuaranteedRef { $0.jobAddress })
+                guard let record = DeliveryRules.record(of: context, in: table) else { continue }
+                DeliveryRules.prefetchJob(at: DeliveryRules.jobAddress(ofRecordAt: record))
             }
         }
     }

@@ -47,8 +47,6 @@ import Testing
         process.waitUntilExit()
         #expect(process.terminationReason == .uncaughtSignal)
         #expect(process.terminationStatus == SIGTERM)
-        // Once reaped, a signal is not sent to whatever now has that id.
-        process.signal(SIGKILL)
     }
 
     @Test func theChildKeepsNoDescriptorOfTheParentsButStandardIO() throws {
