@@ -138,7 +138,7 @@ let package = Package(
         .testTarget(name: "APNsTests", dependencies: ["APNs"], swiftSettings: swiftSettings),
         .testTarget(
             name: "TransportTests", dependencies: ["APNs", "Transport", "COpenSSL", "HeraldTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "QueueTests", dependencies: ["APNs", "Queue"], swiftSettings: swiftSettings),
+        .testTarget(name: "QueueTests", dependencies: ["APNs", "Queue", "CHeraldShims"], swiftSettings: swiftSettings),
         // The delivery rules alone (no Redis, no sockets): property tests over random event sequences.
         .testTarget(
             name: "WorkerTests",

@@ -70,7 +70,15 @@ extension Notification {
     }
 
     private func validateDeviceToken() throws(NotificationError) {
-        if let error = Self.deviceTokenError(deviceToken) { throw error }
+        if let error = Self.deviceTokenError(token) { throw error }
+    }
+
+    /// The device-token rule for a token as the worker keeps it: a packed token is 64 hex
+    /// digits, which the rule allows, so only a token kept as text is scanned.
+    @inline(__always)
+    public static func deviceTokenError(_ token: DeviceToken) -> NotificationError? {
+        guard let text = token.text else { return nil }
+        return deviceTokenError(text)
     }
 
     /// The device-token rule alone (hex of even length, 16…200 digits), for tokens checked apart

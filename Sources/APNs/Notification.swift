@@ -4,8 +4,16 @@
 /// Built by the job decoder from a Redis entry, checked with `validate()` before it is queued,
 /// and turned into an HTTP/2 request by the transport (`POST /3/device/<deviceToken>`).
 public struct Notification: Sendable {
-    /// The device token as hex text. Either case is accepted; see `normalizedDeviceToken`.
-    public var deviceToken: String
+    /// The device token: hex text, either case (see `normalizedDeviceToken`), or a broadcast's
+    /// channel id. The job decoder packs a 64-digit token (`DeviceToken`); read `deviceToken`
+    /// for its text.
+    public var token: DeviceToken
+    /// The device token's text. Builds a string when the token is packed: the request writer
+    /// and the hash read `token` instead.
+    public var deviceToken: String {
+        get { token.string }
+        set { token = DeviceToken(newValue) }
+    }
     /// `apns-topic`: usually `pushType.topic(bundleID:)`.
     public var topic: String
     /// `apns-push-type`.
@@ -56,6 +64,7 @@ public struct Notification: Sendable {
     /// reports so that one device always has one spelling. Returns `deviceToken` itself, without
     /// allocating, when it has no uppercase letters.
     public var normalizedDeviceToken: String {
+        guard let deviceToken = token.text else { return token.string }
         guard deviceToken.utf8.contains(where: { $0 &- UInt8(ascii: "A") < 26 }) else { return deviceToken }
         return String(
             decoding: deviceToken.utf8.map { $0 &- UInt8(ascii: "A") < 26 ? $0 | 0x20 : $0 }, as: UTF8.self)
@@ -88,7 +97,7 @@ extension Notification {
         deviceToken: String, topic: String, pushType: PushType, priority: Priority? = nil, expiration: Int64? = nil,
         collapseID: String? = nil, apnsID: String? = nil, payload: ArraySlice<UInt8>
     ) {
-        self.init(deviceToken: deviceToken, topic: topic, pushType: pushType, priority: priority, expiration: expiration,
-                  collapseID: collapseID, apnsIDText: apnsID, apnsIDValue: nil, payload: payload, isBroadcast: false)
+        self.init(token: DeviceToken(deviceToken), topic: topic, pushType: pushType, priority: priority,
+                  expiration: expiration, collapseID: collapseID, apnsIDText: apnsID, apnsIDValue: nil, payload: payload, isBroadcast: false)
     }
 }

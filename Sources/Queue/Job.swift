@@ -73,6 +73,11 @@ public struct JobDefaults: Sendable {
 /// and a struct of a dozen references would be copied (and each reference retained) each time.
 /// Immutable once decoded.
 public final class Job: Sendable {
+    /// At least the bytes of a job's heap allocation (its object and malloc's rounding): the
+    /// worker requests this many bytes' lines before it frees or reads a job that has left the
+    /// caches. A test checks it against `malloc_usable_size`.
+    public static let allocationBytes = 424
+
     public let entryID: StreamEntryID
     /// The entry's fields as read, kept for dead-letter and retry entries (the payload is a
     /// slice of the same buffer).
@@ -145,7 +150,7 @@ public final class Job: Sendable {
     /// so the notification is copied once per send (a returned value was copied again on the way
     /// out).
     public func address(_ notification: inout Notification, tokenAt index: Int) {
-        notification.deviceToken = tokens[index]
+        notification.token = tokens.token(at: index)
         setAPNsID(&notification)
     }
 
@@ -154,10 +159,10 @@ public final class Job: Sendable {
         if let explicitAPNsID {
             notification.apnsID = explicitAPNsID
         } else if let apnsIDBaseText {
-            notification.apnsIDBits = StableID.bits(namespace: apnsIDNamespace, origin: apnsIDBaseText, token: notification.deviceToken)
+            notification.apnsIDBits = StableID.bits(namespace: apnsIDNamespace, origin: apnsIDBaseText, token: notification.token)
         } else {
             // The same id as hashing `entryID.description`, without building that string.
-            notification.apnsIDBits = StableID.bits(namespace: apnsIDNamespace, origin: entryID, token: notification.deviceToken)
+            notification.apnsIDBits = StableID.bits(namespace: apnsIDNamespace, origin: entryID, token: notification.token)
         }
     }
 

@@ -116,12 +116,13 @@ public enum JobDecoder {
             guard let value = DeliverAt.parse(Array(deliverAtBytes)) else { return .failure(.badDeliverAt(text(deliverAtBytes))) }
             if !scheduled { deliverAt = value }
         }
-        var tokenList: [String] = []
-        // Tokens are hex; APNs and the feedback stream use lowercase, so fold once here.
-        // The usual job (`token` only) keeps its token without a list: no array per job.
-        var single: String? = nil
+        var tokenList: [DeviceToken] = []
+        // Tokens are hex; APNs and the feedback stream use lowercase, so fold once here. A
+        // 64-digit token is packed into 32 bytes: no string per job. The usual job (`token`
+        // only) keeps its token without a list: no array per job.
+        var single: DeviceToken? = nil
         if let token, !token.isEmpty {
-            let folded = fields.withBytes(token, lowercased)
+            let folded = fields.withBytes(token, DeviceToken.init(lowercasing:))
             if tokens == nil { single = folded } else { tokenList.append(folded) }
         }
         if let tokensRange = tokens {
@@ -132,7 +133,7 @@ public enum JobDecoder {
                 // Trimmed by index, so the token stays a contiguous slice: a reversed view made
                 // `String(decoding:)` copy it into a temporary array first (two allocations a token).
                 guard let first = part.firstIndex(where: { $0 != 0x20 }), let last = part.lastIndex(where: { $0 != 0x20 }) else { continue }
-                tokenList.append(lowercased(part[first...last]))
+                tokenList.append(DeviceToken(lowercasing: part[first...last]))
             }
         }
         if tokenList.isEmpty, single == nil, channelIDRange == nil { return .failure(.missingToken) }
@@ -183,12 +184,12 @@ public enum JobDecoder {
                            id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt, attempts: attempts,
                            unknown: unknown, defaults: defaults, deliverAt: deliverAt)
         }
-        var template = Notification(deviceToken: tokenList[0], topic: resolvedTopic, pushType: pushType, priority: priority,
+        var template = Notification(deviceToken: "", topic: resolvedTopic, pushType: pushType, priority: priority,
                                     expiration: expiration, collapseID: collapse, apnsID: nil, payload: [])
         // Given its payload afterwards on purpose: built with it, the optimizer laid `decode` out so
         // that the one-token path above cost about 100 instructions more a job (callgrind, `decode`).
         template.payload = payload
-        var valid: [String] = []
+        var valid: [DeviceToken] = []
         valid.reserveCapacity(tokenList.count)
         var invalid: [(String, NotificationError)] = []
         // The whole notification is checked once; the other tokens only as tokens.
@@ -196,11 +197,11 @@ public enum JobDecoder {
         for candidate in tokenList {
             // A single token is checked by validate() below; only fan-out tokens need the quick check.
             if tokenList.count > 1, let error = Notification.deviceTokenError(candidate) {
-                invalid.append((candidate, error))
+                invalid.append((candidate.string, error))
                 continue
             }
             if !checkedTemplate {
-                template.deviceToken = candidate
+                template.token = candidate
                 do { try template.validate(bundleID: defaults.bundleID) } catch { return .failure(.notification(error)) }
                 checkedTemplate = true
             }
@@ -209,7 +210,7 @@ public enum JobDecoder {
         if !checkedTemplate, tokenList.count == 1, let only = invalid.first {
             return .failure(.notification(only.1))
         }
-        template.deviceToken = ""
+        template.token = DeviceToken("")
         return makeJob(entryID: entryID, fields: fields, tokens: JobTokens(valid), invalid: invalid, template: template,
                        id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt, attempts: attempts,
                        unknown: unknown, defaults: defaults, deliverAt: deliverAt)
@@ -242,24 +243,6 @@ public enum JobDecoder {
     @inline(__always)
     static func text(_ bytes: UnsafeRawBufferPointer) -> String {
         String(decoding: bytes.assumingMemoryBound(to: UInt8.self), as: UTF8.self)
-    }
-
-    /// The bytes as a String with ASCII A–Z folded to lowercase.
-    static func lowercased(_ bytes: ArraySlice<UInt8>) -> String {
-        bytes.withUnsafeBytes(lowercased)
-    }
-
-    /// The bytes as a String with ASCII A–Z folded to lowercase.
-    static func lowercased(_ source: UnsafeRawBufferPointer) -> String {
-        // One pass: the bytes are folded as they are copied into the string (A–Z are one byte
-        // each in UTF-8, so folding them never changes how the rest decodes).
-        String(unsafeUninitializedCapacity: source.count) { target in
-            for index in 0..<source.count {
-                let byte = source[index]
-                target[index] = byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte
-            }
-            return source.count
-        }
     }
 }
 

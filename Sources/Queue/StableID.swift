@@ -33,6 +33,22 @@ public enum StableID {
         return state.finish(token: token)
     }
 
+    /// The bits for a token as the worker keeps it: the same as for its text.
+    public static func bits(namespace: String = "", origin: String, token: DeviceToken) -> UUIDBits {
+        var state = State(namespace: namespace)
+        for byte in origin.utf8 { state.feedOrigin(byte) }
+        return state.finish(token: token)
+    }
+
+    /// The bits for an entry id and a token as the worker keeps it: the same as for its text.
+    public static func bits(namespace: String = "", origin: StreamEntryID, token: DeviceToken) -> UUIDBits {
+        var state = State(namespace: namespace)
+        state.feedDecimal(origin.milliseconds)
+        state.feedOrigin(0x2D)  // "-"
+        state.feedDecimal(origin.sequence)
+        return state.finish(token: token)
+    }
+
     /// Two FNV-1a 64 lanes over `namespace/origin:token`.
     struct State {
         var high: UInt64 = 0xcbf2_9ce4_8422_2325
@@ -67,6 +83,16 @@ public enum StableID {
             let folded = (byte >= 0x41 && byte <= 0x46) ? byte | 0x20 : byte
             high = (high ^ UInt64(folded)) &* 0x100_0000_01b3
             low = (low ^ UInt64(folded)) &* 0x100_0000_01b3 ^ 0x7F4A
+        }
+
+        /// A packed token's digits are its lowercase text, fed as they are spelled: the same id
+        /// as its text gives, with no string read.
+        mutating func finish(token: DeviceToken) -> UUIDBits {
+            if let text = token.text { return finish(token: text) }
+            high = (high ^ 0x3A) &* 0x100_0000_01b3
+            low = (low ^ 0x3A) &* 0x100_0000_01b3
+            token.forEachPackedDigit { feedToken($0) }
+            return UUIDBits(high: StableID.mix(high), low: StableID.mix(low ^ high))
         }
 
         mutating func finish(token: String) -> UUIDBits {

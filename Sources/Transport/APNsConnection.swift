@@ -67,7 +67,8 @@ public protocol CompletionPrefetching: AnyObject {
 
 extension Notification {
     /// Where the headers of the objects releasing a copy of this notification writes lie: its
-    /// device token's string and its payload's storage. For prefetch hints only.
+    /// device token's string (none for a packed token) and its payload's storage. For prefetch
+    /// hints only.
     var objectHeaders: (token: UnsafeRawPointer?, payload: UnsafeRawPointer?) {
         payload.withUnsafeBytes { objectHeaders(payloadBytes: $0) }
     }
@@ -78,7 +79,7 @@ extension Notification {
     /// slice apart for it retained and released the payload's storage.
     @inline(__always)
     func objectHeaders(payloadBytes: UnsafeRawBufferPointer) -> (token: UnsafeRawPointer?, payload: UnsafeRawPointer?) {
-        (storageHeader(of: deviceToken), payloadBytes.baseAddress.map { $0 - payload.startIndex - 32 })
+        (token.text.flatMap { storageHeader(of: $0) }, payloadBytes.baseAddress.map { $0 - payload.startIndex - 32 })
     }
 }
 

@@ -123,7 +123,7 @@ public final class RequestHeaderBuilder {
         add(1, writer.append(staticString: "https"))
         let pathStart = writer.position
         _ = writer.append(staticString: "/3/device/")
-        _ = writer.append(notification.deviceToken)
+        _ = writer.append(notification.token)
         add(2, pathStart..<writer.position, noIndex: true)
         add(3, writer.append(bytes: authority))
         add(4, writer.append(notification.pushType.rawValue))
@@ -182,7 +182,7 @@ public final class RequestHeaderBuilder {
         add(.path, pathStart..<writer.position)
         add(.authority, writer.append(bytes: authority))
         add(.pushType, writer.append(staticString: "liveactivity"))
-        add(.channelID, writer.append(notification.deviceToken))
+        add(.channelID, writer.append(notification.token))
         add(.priority, writer.append(integer: Int64(notification.effectivePriority.rawValue)))
         if let expiration = notification.expiration { add(.expiration, writer.append(integer: expiration)) }
         if let bits = notification.apnsIDBits {
@@ -227,6 +227,16 @@ public final class RequestHeaderBuilder {
             // Borrowed through `utf8Span`: a `var` copy for `withUTF8` retained and released the
             // string's storage (the device token's, per request).
             string.utf8Span.span.withUnsafeBufferPointer { append(bytes: $0) }
+        }
+
+        /// A device token's text: a packed token's digits are written from its bytes.
+        mutating func append(_ token: DeviceToken) -> Range<Int> {
+            if let text = token.text { return append(text) }
+            let start = position
+            guard capacity - position >= DeviceToken.packedDigits else { overflowed = true; return start..<start }
+            token.writeHex(into: base + position)
+            position += DeviceToken.packedDigits
+            return start..<position
         }
 
         mutating func append(uuid bits: UUIDBits) -> Range<Int> {

@@ -1099,11 +1099,17 @@ public final class DeliveryRules {
 }
 
 extension DeliveryRules {
-    /// Requests a job's lines: a `Job` is about 350 bytes (malloc hands it 360), so six lines
-    /// cover it wherever it starts; freeing it reads every reference it holds.
+    /// Requests a job's lines, every line its allocation (`Job.allocationBytes`) touches from
+    /// wherever it starts: freeing a job reads every reference it holds, the last ones at its end
+    /// (seven or eight lines; a fixed six left the last line or two to be waited on).
     @inline(__always)
     static func prefetchJob(at address: UnsafeRawPointer) {
-        for line in 0..<6 { prefetchForWrite(address + 64 * line) }
+        let end = UInt(bitPattern: address) &+ UInt(Job.allocationBytes)
+        var line = UInt(bitPattern: address) & ~63
+        while line < end {
+            prefetchForWrite(UnsafeRawPointer(bitPattern: line).unsafelyUnwrapped)
+            line &+= 64
+        }
     }
 
     /// Prefetches the lines of the finished job held by the record `upcoming` places below the

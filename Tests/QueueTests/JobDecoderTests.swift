@@ -1,4 +1,5 @@
 import APNs
+import CHeraldShims
 import Queue
 import Testing
 
@@ -74,6 +75,53 @@ import Testing
         #expect(job.template.pushType == .background)
         #expect(job.template.expiration == 1_700_000_000)
         #expect(Array(job.template.payload) == Array(#"{"aps":{}}"#.utf8))
+    }
+
+    /// 64-digit tokens, single or in a list, are kept packed; other lengths as text. Either way a
+    /// request is addressed with the folded text, and its apns-id is the one the text gives.
+    @Test func sixtyFourDigitTokensAreKeptPacked() throws {
+        let single = try Self.decode([("token", Self.token.uppercased()), ("payload", "{}")]).get()
+        #expect(single.tokens.token(at: 0).isPacked)
+        #expect(single.tokens[0] == Self.token)
+        var addressed = single.template
+        single.address(&addressed, tokenAt: 0)
+        #expect(addressed.deviceToken == Self.token)
+        #expect(addressed.apnsID == single.notification(forToken: Self.token).apnsID)
+        #expect(addressed.apnsID == StableID.apnsID(origin: single.origin, token: Self.token))
+
+        let short = String(repeating: "c", count: 62)
+        let long = String(repeating: "e", count: 66)
+        let fanOut = try Self.decode([("tokens", "\(Self.token),\(short), \(Self.token.uppercased()) ,\(long)"), ("payload", "{}")]).get()
+        #expect((0..<4).map { fanOut.tokens.token(at: $0).isPacked } == [true, false, true, false])
+        #expect(fanOut.tokens == [Self.token, short, Self.token, long])
+        for index in 0..<4 {
+            var notification = fanOut.template
+            fanOut.address(&notification, tokenAt: index)
+            #expect(notification.deviceToken == fanOut.tokens[index])
+            #expect(notification.apnsID == fanOut.notification(forToken: fanOut.tokens[index]).apnsID)
+        }
+    }
+
+    /// The worker prefetches `Job.allocationBytes` from a job's address: the job's allocation
+    /// must not reach past them, whatever its tokens.
+    @Test func aJobsAllocationFitsTheBytesTheWorkerPrefetches() throws {
+        for pairs in [[("token", Self.token), ("payload", "{}")],
+                      [("tokens", "\(Self.token),\(Self.token)"), ("payload", "{}"), ("collapse_id", "c"), ("id_base", "b")]] {
+            let job = try Self.decode(pairs).get()
+            let usable = herald_allocation_size(Unmanaged.passUnretained(job).toOpaque())
+            #expect(usable <= Job.allocationBytes, "malloc_usable_size \(usable)")
+            #expect(usable > Job.allocationBytes - 64, "malloc_usable_size \(usable): the bound is loose")
+        }
+    }
+
+    /// A 64-byte token with one bad byte is not packed, and validation names the byte.
+    @Test(arguments: [0, 17, 63])
+    func aSixtyFourByteTokenWithABadByteIsRefusedAtThatByte(position: Int) {
+        var bytes = Array(Self.token.utf8)
+        bytes[position] = UInt8(ascii: "g")
+        let result = Self.decode([("token", String(decoding: bytes, as: UTF8.self)), ("payload", "{}")])
+        #expect(throws: JobError.notification(.badDeviceToken(tokenPrefix: String(decoding: bytes.prefix(8), as: UTF8.self) + "…",
+                                                             offset: position))) { try result.get() }
     }
 
     @Test func jobWithoutTopicNeedsABundleID() {
@@ -214,6 +262,29 @@ import Testing
 }
 
 @Suite struct StableIDTests {
+    /// A packed token (the decoder's form of a 64-digit token) hashes as its text does: the
+    /// apns-id of a notification must not depend on how the worker keeps its token.
+    @Test func aPackedTokenHashesLikeItsText() {
+        var generator = SplitMix64(seed: 11)
+        for round in 0..<200 {
+            var text = ""
+            for _ in 0..<4 { text += String(generator.next() | 1 << 63, radix: 16).suffix(16) }
+            let spelled = round % 2 == 0 ? text : text.uppercased()
+            let packed = Array(spelled.utf8).withUnsafeBytes { DeviceToken(lowercasing: $0) }
+            #expect(packed.isPacked)
+            let entry = StreamEntryID(milliseconds: generator.next() >> 20, sequence: UInt64(round))
+            for namespace in ["", "orders"] {
+                #expect(StableID.bits(namespace: namespace, origin: entry, token: packed)
+                        == StableID.bits(namespace: namespace, origin: entry, token: text))
+                #expect(StableID.bits(namespace: namespace, origin: "1-\(round)", token: packed)
+                        == StableID.bits(namespace: namespace, origin: "1-\(round)", token: spelled))
+            }
+        }
+        let pinned = Array(String(repeating: "0F", count: 32).utf8).withUnsafeBytes { DeviceToken(lowercasing: $0) }
+        #expect(UUIDString.make(StableID.bits(namespace: "orders", origin: StreamEntryID(milliseconds: 1_700_000_000_123, sequence: 4),
+                                              token: pinned)) == "3009deaf-ea11-8236-bcd8-b19a889f949f")
+    }
+
     @Test func isCanonicalAndStable() {
         let id = StableID.apnsID(origin: "1700000000123-4", token: "abcd")
         #expect(UUIDString.isCanonical(id))

@@ -1,3 +1,4 @@
+import APNs
 import Queue
 import Testing
 
@@ -39,21 +40,33 @@ struct JobTokensReading {
     }
 
     /// The prefetch hint names the headers freeing the job writes: its fields' storage (whose
-    /// bytes hold the payload) and its token's string, each 32 bytes before their bytes.
+    /// bytes hold the payload) and, for a token kept as text, its string, each 32 bytes before
+    /// their bytes. A packed 64-digit token lies in the job itself: no hint for it.
     @Test
     func thePrefetchHintNamesTheStorageAndTheTokenHeaders() throws {
         let payload = Array(#"{"aps":{"alert":"x"}}"#.utf8)
         let id = StreamEntryID(milliseconds: 1, sequence: 0)
-        let job = try JobDecoder.decode(entryID: id, fields: [("token", Array(Self.a.utf8)), ("payload", payload)],
+        let packed = try JobDecoder.decode(entryID: id, fields: [("token", Array(Self.a.utf8)), ("payload", payload)],
+                                           defaults: JobDefaults(bundleID: "com.example.app")).get()
+        var packedHints: [UnsafeRawPointer] = []
+        packed.prefetchOwnedObjects { packedHints.append($0) }
+        #expect(packedHints.count == 1)
+        let shorter = String(repeating: "a", count: 62)
+        let job = try JobDecoder.decode(entryID: id, fields: [("token", Array(shorter.utf8)), ("payload", payload)],
                                         defaults: JobDefaults(bundleID: "com.example.app")).get()
         var hints: [UnsafeRawPointer] = []
         job.prefetchOwnedObjects { hints.append($0) }
         #expect(hints.count == 2)
         let payloadStart = try #require(job.template.payload.withUnsafeBytes { $0.baseAddress })
-        let tokenStart = try #require(job.tokens[0].utf8Span.span.withUnsafeBufferPointer { $0.baseAddress })
+        let text = try #require(job.tokens.token(at: 0).text)
+        let tokenStart = try #require(text.utf8Span.span.withUnsafeBufferPointer { $0.baseAddress })
         if hints.count == 2 {
             #expect(hints[0] + 32 <= payloadStart && payloadStart - hints[0] < 1024, "not the fields' storage")
             #expect(hints[1] + 32 == UnsafeRawPointer(tokenStart), "not the token's header")
+        }
+        if let first = packedHints.first {
+            let packedPayload = try #require(packed.template.payload.withUnsafeBytes { $0.baseAddress })
+            #expect(first + 32 <= packedPayload && packedPayload - first < 1024, "not the fields' storage")
         }
         // A fan-out job's list, and a job whose every token is invalid: hints, no crash.
         for tokens in ["\(Self.a),\(Self.b)", "zz,yy"] {

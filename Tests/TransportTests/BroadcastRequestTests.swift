@@ -60,4 +60,40 @@ struct BroadcastRequestTests {
         #expect(clientDelegate.outcomes[1] == .accepted)
         #expect(clientDelegate.outcomes[2] == .accepted)
     }
+
+    /// The worker keeps a 64-digit token packed (`DeviceToken`): the request path carries its
+    /// digits in lowercase, exactly as a token kept as text would be written.
+    @Test func aPackedTokenIsWrittenAsItsDigits() throws {
+        let loop = try EventLoop()
+        let server = HTTP2ServerConnection(inMemoryOn: loop, initialMaxConcurrentStreams: 100)
+        let client = APNsConnection(loop: loop, host: "api.push.apple.com", port: 443, tlsContext: try TLSContext(clientTrusting: nil), maxStreams: 100)
+        let serverDelegate = Server()
+        let clientDelegate = InMemoryHTTP2Tests.Client()
+        server.delegate = serverDelegate
+        client.delegate = clientDelegate
+        client.setAuthorization(jwt: "header.claims.signature", generation: 1)
+        try client.startInMemory()
+        try server.startInMemory()
+        func exchange() {
+            for _ in 0..<8 {
+                _ = client.sendInMemory { server.receiveInMemory($0) }
+                _ = server.sendInMemory { client.receiveInMemory($0) }
+            }
+        }
+        exchange()
+        let texts = ["0123456789ABCDEF" + String(repeating: "fedcba9876543210", count: 3), String(repeating: "7", count: 64),
+                     String(repeating: "ab", count: 20)]
+        for (index, text) in texts.enumerated() {
+            var notification = Notification(deviceToken: "", topic: "com.example.herald", pushType: .alert, payload: Array("{}".utf8))
+            notification.token = Array(text.utf8).withUnsafeBytes { DeviceToken(lowercasing: $0) }
+            #expect(notification.token.isPacked == (text.utf8.count == 64))
+            #expect(client.submit(PendingRequest(notification: notification, context: UInt64(index))))
+        }
+        exchange()
+        try #require(serverDelegate.requests.count == texts.count)
+        for (index, text) in texts.enumerated() {
+            #expect(serverDelegate.requests[index].path == "/3/device/" + text.lowercased())
+            #expect(clientDelegate.outcomes[UInt64(index)] == .accepted)
+        }
+    }
 }

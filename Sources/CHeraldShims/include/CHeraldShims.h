@@ -3,6 +3,7 @@
 
 #include <openssl/ssl.h>
 #include <stddef.h>
+#include <malloc.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -70,5 +71,9 @@ extern const size_t herald_pool_max_held_bytes;
 static inline void herald_prefetch_for_write(const void *address) { __builtin_prefetch(address, 1, 3); }
 /// Starts loading the cache line at `address` for reading (a hint; never faults).
 static inline void herald_prefetch_for_read(const void *address) { __builtin_prefetch(address, 0, 3); }
+
+/// The bytes malloc set aside for the block at `address` (which malloc returned): for tests that
+/// check the sizes the worker's prefetch hints assume.
+static inline size_t herald_allocation_size(const void *address) { return malloc_usable_size((void *)address); }
 
 #endif

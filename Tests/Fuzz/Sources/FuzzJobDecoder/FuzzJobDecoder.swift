@@ -45,6 +45,20 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
                 fatalError("a decoded job's notification has no canonical apns-id")
             }
         }
+        // A packed token (the worker's form of a 64-digit token) addresses its request with the
+        // text it spells, and derives the apns-id that text gives.
+        for index in job.tokens.indices {
+            var addressed = job.template
+            job.address(&addressed, tokenAt: index)
+            let text = job.tokens[index]
+            if job.tokens.token(at: index).isPacked,
+               text.utf8.count != 64 || !text.utf8.allSatisfy({ $0 &- 0x30 < 10 || $0 &- 0x61 < 6 }) {
+                fatalError("a packed token does not spell 64 lowercase hex digits")
+            }
+            guard addressed.deviceToken == text, addressed.apnsID == job.notification(forToken: text).apnsID else {
+                fatalError("a request addressed from the job differs from one built from its token's text")
+            }
+        }
         _ = job.origin
         _ = job.apnsIDBase
         _ = job.enqueuedAt
