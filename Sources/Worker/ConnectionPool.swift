@@ -423,19 +423,22 @@ public final class ConnectionPool: APNsConnectionDelegate {
         // Each request is handled where it lies, and moved again only to be resent.
         var request: PendingRequest?
         while let outcome = connection.nextCompletion(into: &request) {
-            handle(&request, outcome: outcome, on: connection, delegate: delegate)
+            handle(&request!, outcome: outcome, on: connection, delegate: delegate)
         }
     }
 
     public func connection(_ connection: APNsConnection, completed request: consuming PendingRequest, outcome: DeliveryOutcome) {
-        var request: PendingRequest? = consume request
+        var request = consume request
         handle(&request, outcome: outcome, on: connection, delegate: delegate)
     }
 
-    /// `request` is non-nil; it is moved out of it only when it is queued to be resent.
-    private func handle(_ request: inout PendingRequest?, outcome: DeliveryOutcome, on connection: APNsConnection,
+    /// `request` is handled where it lies (the caller's variable): unwrapped from an optional at
+    /// each use, it was copied whole (240 bytes) to read one field and again to hand it on. A
+    /// request queued to be resent is copied (the rare path); the caller's copy goes with its
+    /// variable.
+    private func handle(_ request: inout PendingRequest, outcome: DeliveryOutcome, on connection: APNsConnection,
                         delegate: (any ConnectionPoolDelegate)?) {
-        recordResponse(request!, outcome)
+        recordResponse(submittedAt: request.submittedAt, outcome)
         let index = memberIndex(connection)
         switch outcome {
         case .accepted:
@@ -445,14 +448,14 @@ public final class ConnectionPool: APNsConnectionDelegate {
                 members[index].serverErrorsInARow = 0
             }
             if credentials != .trusted, isFresh(connection) { credentialsAccepted() }
-            request!.attempts += 1
+            request.attempts += 1
         case .retryOnAnotherConnection(let cause):
             if !cause.countsAsAttempt {
                 // GOAWAY above last_stream_id, refused or never-sent streams: APNs never saw them.
-                enqueueResend(request.take()!)
+                enqueueResend(request)
                 return
             }
-            request!.attempts += 1
+            request.attempts += 1
             switch cause {
             case .status(let status, _) where status >= 500:
                 serverErrors += 1
@@ -477,20 +480,20 @@ public final class ConnectionPool: APNsConnectionDelegate {
                     halt("could not sign a provider token: \(error)")
                 }
                 if credentials != .halted && connection.tokenGeneration != before {
-                    enqueueResend(request.take()!)
+                    enqueueResend(request)
                     return
                 }
             }
             // The token is too young to have expired: the clock (or the key) is wrong.
             credentialsRejected(on: connection, status: 403, reason: .expiredProviderToken)
-            delegate?.pool(self, completed: request!, outcome: .credentialsRejected(status: 403, reason: .expiredProviderToken))
+            delegate?.pool(self, completed: request, outcome: .credentialsRejected(status: 403, reason: .expiredProviderToken))
             return
         case .credentialsRejected(let status, let reason):
             credentialsRejected(on: connection, status: status, reason: reason)
         default:
-            request!.attempts += 1
+            request.attempts += 1
         }
-        delegate?.pool(self, completed: request!, outcome: outcome)
+        delegate?.pool(self, completed: request, outcome: outcome)
     }
 
     // MARK: credentials
@@ -608,13 +611,13 @@ public final class ConnectionPool: APNsConnectionDelegate {
         delegate?.poolResumedSending(self)
     }
 
-    private func recordResponse(_ request: PendingRequest, _ outcome: DeliveryOutcome) {
+    private func recordResponse(submittedAt: Int64, _ outcome: DeliveryOutcome) {
         let status: Int
         let reason: String
         switch outcome {
         case .accepted:
             acceptedResponses += 1
-            requestDuration.record(milliseconds: loop.now - request.submittedAt)
+            requestDuration.record(milliseconds: loop.now - submittedAt)
             // The wall clock is read at most once a second, not per notification.
             if loop.now - lastAcceptedStampedAt >= 1000 {
                 lastAcceptedStampedAt = loop.now
@@ -629,7 +632,7 @@ public final class ConnectionPool: APNsConnectionDelegate {
         case .retryOnAnotherConnection(.status(let s, let r)): status = s; reason = r?.rawValue ?? ""
         case .retryOnAnotherConnection: return  // no answer: a transport event, counted with the connection
         }
-        requestDuration.record(milliseconds: loop.now - request.submittedAt)
+        requestDuration.record(milliseconds: loop.now - submittedAt)
         otherResponses[APNsReason.countingKey(status: status, reason: reason), default: 0] += 1
     }
 
