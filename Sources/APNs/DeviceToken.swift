@@ -9,7 +9,7 @@
 /// A packed token always spells itself in lowercase; two tokens are equal when they spell the
 /// same text, whichever way each is kept. Deliberately not `CustomStringConvertible`: a token
 /// must not reach a log line by string interpolation (logs show `NotificationError.tokenPrefix`).
-public struct DeviceToken: Sendable, Equatable {
+public struct DeviceToken: Sendable, Hashable {
     /// The packed token's bytes: the first digit in the top nibble of `word0`. Zero when `text`
     /// is not nil.
     @usableFromInline let word0: UInt64
@@ -192,14 +192,31 @@ public struct DeviceToken: Sendable, Equatable {
     }
 
     public static func == (lhs: DeviceToken, rhs: DeviceToken) -> Bool {
-        switch (lhs.text, rhs.text) {
-        case (nil, nil):
+        if lhs.isPacked && rhs.isPacked {
             return lhs.word0 == rhs.word0 && lhs.word1 == rhs.word1 && lhs.word2 == rhs.word2 && lhs.word3 == rhs.word3
-        case (let left?, let right?):
-            return left == right
-        default:
-            return lhs.withUTF8 { left in rhs.withUTF8 { right in left.elementsEqual(right) } }
         }
+        if let left = lhs.text, let right = rhs.text { return left == right }
+        return lhs.withUTF8 { left in rhs.withUTF8 { right in left.elementsEqual(right) } }
+    }
+
+    /// Hashes the four words a packed token holds. A token kept as text that spells 64 hex
+    /// digits hashes as those digits packed, so that equal tokens (above) hash alike whichever
+    /// way each is kept; any other text hashes as its bytes.
+    public func hash(into hasher: inout Hasher) {
+        if let text {
+            var text = text
+            let packed = text.withUTF8 { DeviceToken.pack(UnsafeRawBufferPointer($0)) }
+            guard let packed else {
+                text.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+                return
+            }
+            packed.hash(into: &hasher)
+            return
+        }
+        hasher.combine(word0)
+        hasher.combine(word1)
+        hasher.combine(word2)
+        hasher.combine(word3)
     }
 
     /// Equal to a token kept as `text`.

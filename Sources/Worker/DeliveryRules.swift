@@ -360,8 +360,8 @@ public final class DeliveryRules {
 
         /// Whether `tokens[index]` is `token` with `collapseID`: a collapse entry still names this job's token
         /// (and not a token of a job that since took over the same slot).
-        func holds(token: String, collapseID: String, at index: Int) -> Bool {
-            index < job.tokens.count && job.tokens[index] == token && job.template.collapseID == collapseID
+        func holds(token: DeviceToken, collapseID: String, at index: Int) -> Bool {
+            index < job.tokens.count && job.tokens.token(at: index) == token && job.template.collapseID == collapseID
         }
 
         func attemptsBefore(_ tokenIndex: Int) -> Int {
@@ -557,7 +557,7 @@ public final class DeliveryRules {
                 record.remaining -= 1
                 continue
             }
-            let collapseKey = job.template.collapseID.map { DeliveryRules.collapseKey($0, token) }
+            let collapseKey = job.template.collapseID.map { DeliveryRules.collapseKey($0, job.tokens.token(at: tokenIndex)) }
             if let collapseKey, let newest = acceptedCollapse[queue][collapseKey], newest > origin {
                 // A newer update with this collapse id already reached the device.
                 queueCounters[queue].apps[laneIndex].superseded += 1
@@ -575,7 +575,7 @@ public final class DeliveryRules {
             if let collapseKey, let collapseID = job.template.collapseID {
                 let key = collapseKey
                 if let older = queuedCollapse[queue][key], let olderRecord = jobRecord(for: older),
-                   olderRecord.holds(token: token, collapseID: collapseID, at: Int(older & 0xFFFF)) {
+                   olderRecord.holds(token: key.token, collapseID: collapseID, at: Int(older & 0xFFFF)) {
                     if olderRecord.job.originID < origin {
                         olderRecord.markSuperseded(Int(older & 0xFFFF))
                     } else {
@@ -599,7 +599,7 @@ public final class DeliveryRules {
 
     /// The key of a collapsible notification: its collapse id and its device token (tokens are
     /// lowercase from `JobDecoder` on, so no folding here).
-    static func collapseKey(_ collapseID: String, _ token: String) -> CollapseKey {
+    static func collapseKey(_ collapseID: String, _ token: DeviceToken) -> CollapseKey {
         CollapseKey(collapseID: collapseID, token: token)
     }
 
@@ -619,7 +619,7 @@ public final class DeliveryRules {
             // Read where it is needed: the usual send (no collapse id) reads it once, into the request.
             var token: String { job.tokens[tokenIndex] }
             if let collapseID = job.template.collapseID {
-                let key = DeliveryRules.collapseKey(collapseID, token)
+                let key = DeliveryRules.collapseKey(collapseID, job.tokens.token(at: tokenIndex))
                 if queuedCollapse[record.queue][key] == context { queuedCollapse[record.queue][key] = nil }
                 if !record.isSuperseded(tokenIndex), let newest = acceptedCollapse[record.queue][key], newest > job.originID {
                     // A resend must not deliver an older update after a newer one was accepted.
@@ -660,7 +660,7 @@ public final class DeliveryRules {
         queueCounters[record.queue].notificationsSent -= 1
         countSend(record.job.template.effectivePriority, queue: record.queue, lane: record.lane, by: -1)
         guard let collapseID = record.job.template.collapseID else { return }
-        let key = DeliveryRules.collapseKey(collapseID, record.job.tokens[Int(context & 0xFFFF)])
+        let key = DeliveryRules.collapseKey(collapseID, record.job.tokens.token(at: Int(context & 0xFFFF)))
         if queuedCollapse[record.queue][key] == nil { queuedCollapse[record.queue][key] = context }
     }
 
@@ -697,7 +697,7 @@ public final class DeliveryRules {
             }
             queueCounters[record.queue].apps[record.lane].endToEndLatency.record(milliseconds: now.subtractingSaturating(record.enqueuedAt))
             if record.hasCollapseID, let collapseID = job.template.collapseID {
-                let key = DeliveryRules.collapseKey(collapseID, token)
+                let key = DeliveryRules.collapseKey(collapseID, job.tokens.token(at: tokenIndex))
                 if acceptedCollapse[record.queue].count > 200_000 { acceptedCollapse[record.queue].removeAll() }
                 if (acceptedCollapse[record.queue][key] ?? StreamEntryID(milliseconds: 0, sequence: 0)) < job.originID {
                     acceptedCollapse[record.queue][key] = job.originID
@@ -904,7 +904,7 @@ public final class DeliveryRules {
     /// (its job slot is reused once the job finishes).
     private func forgetQueued(_ record: JobRecord, tokenIndex: Int, context: UInt64) {
         guard let collapseID = record.job.template.collapseID else { return }
-        let key = DeliveryRules.collapseKey(collapseID, record.job.tokens[tokenIndex])
+        let key = DeliveryRules.collapseKey(collapseID, record.job.tokens.token(at: tokenIndex))
         if queuedCollapse[record.queue][key] == context { queuedCollapse[record.queue][key] = nil }
     }
 

@@ -91,6 +91,10 @@ import Testing
         #expect(packed != DeviceToken(String(repeating: "0f", count: 31) + "0e"))
         #expect(packed != Self.token(Array((String(repeating: "0f", count: 31) + "0e").utf8)))
         #expect(packed != DeviceToken(""))
+        // Equal tokens hash alike, whichever way each is kept (collapse keys are looked up by either).
+        #expect(packed.hashValue == DeviceToken(text).hashValue)
+        #expect(Set([packed, DeviceToken(text), Self.token(Array(text.uppercased().utf8))]).count == 1)
+        #expect(Set([packed, DeviceToken(text.uppercased())]).count == 2)
     }
 
     /// A packed token satisfies the token rule without a scan; a text token is checked as text.
