@@ -13,8 +13,7 @@ public enum StableID {
 
     /// The bits `apnsID(namespace:origin:token:)` spells.
     public static func bits(namespace: String = "", origin: String, token: String) -> UUIDBits {
-        var state = State(namespace: namespace)
-        for byte in origin.utf8 { state.feedOrigin(byte) }
+        var state = State(namespace: namespace, origin: origin)
         return state.finish(token: token)
     }
 
@@ -26,26 +25,19 @@ public enum StableID {
 
     /// The bits `apnsID(namespace:origin:token:)` spells, for an entry id.
     public static func bits(namespace: String = "", origin: StreamEntryID, token: String) -> UUIDBits {
-        var state = State(namespace: namespace)
-        state.feedDecimal(origin.milliseconds)
-        state.feedOrigin(0x2D)  // "-"
-        state.feedDecimal(origin.sequence)
+        var state = State(namespace: namespace, origin: origin)
         return state.finish(token: token)
     }
 
     /// The bits for a token as the worker keeps it: the same as for its text.
     public static func bits(namespace: String = "", origin: String, token: DeviceToken) -> UUIDBits {
-        var state = State(namespace: namespace)
-        for byte in origin.utf8 { state.feedOrigin(byte) }
+        var state = State(namespace: namespace, origin: origin)
         return state.finish(token: token)
     }
 
     /// The bits for an entry id and a token as the worker keeps it: the same as for its text.
     public static func bits(namespace: String = "", origin: StreamEntryID, token: DeviceToken) -> UUIDBits {
-        var state = State(namespace: namespace)
-        state.feedDecimal(origin.milliseconds)
-        state.feedOrigin(0x2D)  // "-"
-        state.feedDecimal(origin.sequence)
+        var state = State(namespace: namespace, origin: origin)
         return state.finish(token: token)
     }
 
@@ -63,6 +55,22 @@ public enum StableID {
                 }
                 feedOrigin(0x2F)  // "/"
             }
+        }
+
+        /// The state after `namespace/origin`.
+        @inline(__always)
+        init(namespace: String, origin: String) {
+            self.init(namespace: namespace)
+            for byte in origin.utf8 { feedOrigin(byte) }
+        }
+
+        /// The state after `namespace/` and the entry id's text, its digits fed as produced.
+        @inline(__always)
+        init(namespace: String, origin: StreamEntryID) {
+            self.init(namespace: namespace)
+            feedDecimal(origin.milliseconds)
+            feedOrigin(0x2D)  // "-"
+            feedDecimal(origin.sequence)
         }
 
         @inline(__always)

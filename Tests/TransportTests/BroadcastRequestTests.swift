@@ -15,31 +15,45 @@ struct BroadcastRequestTests {
         func connectionClosed(_ connection: HTTP2ServerConnection, error: ConnectionError?) {}
     }
 
-    @Test func aBroadcastGoesToTheAppsBroadcastPathWithItsChannelAndNoTopic() throws {
-        let loop = try EventLoop()
-        let server = HTTP2ServerConnection(inMemoryOn: loop, initialMaxConcurrentStreams: 100)
-        let client = APNsConnection(loop: loop, host: "api.push.apple.com", port: 443, tlsContext: try TLSContext(clientTrusting: nil), maxStreams: 100)
+    /// A client connection and a server wired in memory, past their SETTINGS exchange.
+    final class Pair {
+        let loop: EventLoop
+        let server: HTTP2ServerConnection
+        let client: APNsConnection
         let serverDelegate = Server()
         let clientDelegate = InMemoryHTTP2Tests.Client()
-        server.delegate = serverDelegate
-        client.delegate = clientDelegate
-        client.setAuthorization(jwt: "header.claims.signature", generation: 1)
-        try client.startInMemory()
-        try server.startInMemory()
+
+        init() throws {
+            loop = try EventLoop()
+            server = HTTP2ServerConnection(inMemoryOn: loop, initialMaxConcurrentStreams: 100)
+            client = APNsConnection(loop: loop, host: "api.push.apple.com", port: 443,
+                                    tlsContext: try TLSContext(clientTrusting: nil), maxStreams: 100)
+            server.delegate = serverDelegate
+            client.delegate = clientDelegate
+            client.setAuthorization(jwt: "header.claims.signature", generation: 1)
+            try client.startInMemory()
+            try server.startInMemory()
+            exchange()
+        }
+
         func exchange() {
             for _ in 0..<8 {
                 _ = client.sendInMemory { server.receiveInMemory($0) }
                 _ = server.sendInMemory { client.receiveInMemory($0) }
             }
         }
-        exchange()
+    }
+
+    @Test func aBroadcastGoesToTheAppsBroadcastPathWithItsChannelAndNoTopic() throws {
+        let pair = try Pair()
+        let (client, serverDelegate, clientDelegate) = (pair.client, pair.serverDelegate, pair.clientDelegate)
         let payload = Array(#"{"aps":{"timestamp":1,"event":"update","content-state":{}}}"#.utf8)
         var broadcast = Notification(deviceToken: "dHN0LXNyY2gtY2hubA==", topic: "com.example.herald", pushType: .liveactivity,
                                      expiration: 0, apnsID: UUIDString.make(high: 1, low: 2), payload: payload)
         broadcast.isBroadcast = true
         #expect(client.submit(PendingRequest(notification: broadcast, context: 1)))
         #expect(client.submit(InMemoryHTTP2Tests.request(2)))
-        exchange()
+        pair.exchange()
         try #require(serverDelegate.requests.count == 2)
         let request = serverDelegate.requests[0]
         #expect(request.method == "POST")
@@ -64,23 +78,8 @@ struct BroadcastRequestTests {
     /// The worker keeps a 64-digit token packed (`DeviceToken`): the request path carries its
     /// digits in lowercase, exactly as a token kept as text would be written.
     @Test func aPackedTokenIsWrittenAsItsDigits() throws {
-        let loop = try EventLoop()
-        let server = HTTP2ServerConnection(inMemoryOn: loop, initialMaxConcurrentStreams: 100)
-        let client = APNsConnection(loop: loop, host: "api.push.apple.com", port: 443, tlsContext: try TLSContext(clientTrusting: nil), maxStreams: 100)
-        let serverDelegate = Server()
-        let clientDelegate = InMemoryHTTP2Tests.Client()
-        server.delegate = serverDelegate
-        client.delegate = clientDelegate
-        client.setAuthorization(jwt: "header.claims.signature", generation: 1)
-        try client.startInMemory()
-        try server.startInMemory()
-        func exchange() {
-            for _ in 0..<8 {
-                _ = client.sendInMemory { server.receiveInMemory($0) }
-                _ = server.sendInMemory { client.receiveInMemory($0) }
-            }
-        }
-        exchange()
+        let pair = try Pair()
+        let (client, serverDelegate, clientDelegate) = (pair.client, pair.serverDelegate, pair.clientDelegate)
         let texts = ["0123456789ABCDEF" + String(repeating: "fedcba9876543210", count: 3), String(repeating: "7", count: 64),
                      String(repeating: "ab", count: 20)]
         for (index, text) in texts.enumerated() {
@@ -89,7 +88,7 @@ struct BroadcastRequestTests {
             #expect(notification.token.isPacked == (text.utf8.count == 64))
             #expect(client.submit(PendingRequest(notification: notification, context: UInt64(index))))
         }
-        exchange()
+        pair.exchange()
         try #require(serverDelegate.requests.count == texts.count)
         for (index, text) in texts.enumerated() {
             #expect(serverDelegate.requests[index].path == "/3/device/" + text.lowercased())
