@@ -7,9 +7,10 @@
 /// checked) is kept as the text it came as.
 ///
 /// A packed token always spells itself in lowercase; two tokens are equal when they spell the
-/// same text, whichever way each is kept. Deliberately not `CustomStringConvertible`: a token
-/// must not reach a log line by string interpolation (logs show `NotificationError.tokenPrefix`).
-public struct DeviceToken: Sendable, Hashable {
+/// same bytes, whichever way each is kept. Interpolated or dumped, a token shows only its first 8
+/// characters (`NotificationError.tokenPrefix`): a whole token must not reach a log line.
+public struct DeviceToken: Sendable, Hashable, CustomStringConvertible, CustomDebugStringConvertible,
+    CustomReflectable {
     /// The packed token's bytes: the first digit in the top nibble of `word0`. Zero when `text`
     /// is not nil.
     @usableFromInline let word0: UInt64
@@ -88,6 +89,7 @@ public struct DeviceToken: Sendable, Hashable {
     /// text (use `withUTF8`).
     @inlinable @inline(__always)
     public func writeHex(into target: UnsafeMutablePointer<UInt8>) {
+        guard text == nil else { return }
         let raw = UnsafeMutableRawPointer(target)
         Self.storeHex(word0, raw)
         Self.storeHex(word1, raw + 16)
@@ -195,7 +197,9 @@ public struct DeviceToken: Sendable, Hashable {
         if lhs.isPacked && rhs.isPacked {
             return lhs.word0 == rhs.word0 && lhs.word1 == rhs.word1 && lhs.word2 == rhs.word2 && lhs.word3 == rhs.word3
         }
-        if let left = lhs.text, let right = rhs.text { return left == right }
+        // Compared as bytes, as they are hashed (String's `==` would also equate canonically
+        // equivalent Unicode spellings, which hash apart).
+        if let left = lhs.text, let right = rhs.text { return left.utf8.elementsEqual(right.utf8) }
         return lhs.withUTF8 { left in rhs.withUTF8 { right in left.elementsEqual(right) } }
     }
 
@@ -218,6 +222,14 @@ public struct DeviceToken: Sendable, Hashable {
         hasher.combine(word2)
         hasher.combine(word3)
     }
+
+    /// The token's first 8 characters and an ellipsis: what logs may show.
+    public var description: String { NotificationError.tokenPrefix(string) }
+
+    public var debugDescription: String { "DeviceToken(\(description))" }
+
+    /// Dumped (`dump`, `Mirror`), a token shows its redacted form, not its words.
+    public var customMirror: Mirror { Mirror(self, children: ["redacted": description]) }
 
     /// Equal to a token kept as `text`.
     public static func == (lhs: DeviceToken, rhs: String) -> Bool { lhs == DeviceToken(rhs) }

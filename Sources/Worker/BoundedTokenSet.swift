@@ -1,11 +1,14 @@
+import APNs
+
 /// A set of device tokens that holds at most `capacity`: inserting one more forgets the oldest
-/// (insertion order). Lookups hash the token's bytes in place, with no allocation. Loop-confined.
+/// (insertion order). Keyed by the token as the worker keeps it (`DeviceToken`): the per-send
+/// lookup builds no string for a packed token. Loop-confined.
 public struct BoundedTokenSet {
     public let capacity: Int
-    private var members: [String: UInt64] = [:]
+    private var members: [DeviceToken: UInt64] = [:]
     /// Tokens in insertion order with the sequence they were inserted with, from `head` on; an
     /// entry whose sequence is no longer its token's is stale (removed or inserted again).
-    private var order: [(token: String, sequence: UInt64)] = []
+    private var order: [(token: DeviceToken, sequence: UInt64)] = []
     private var head = 0
     private var nextSequence: UInt64 = 0
 
@@ -17,9 +20,15 @@ public struct BoundedTokenSet {
     public var isEmpty: Bool { members.isEmpty }
     public var count: Int { members.count }
 
-    public func contains(_ token: String) -> Bool { members[token] != nil }
+    public func contains(_ token: DeviceToken) -> Bool { members[token] != nil }
 
-    public mutating func insert(_ token: String) {
+    public func contains(_ token: String) -> Bool { contains(DeviceToken(token)) }
+
+    public mutating func insert(_ token: String) { insert(DeviceToken(token)) }
+
+    public mutating func remove(_ token: String) { remove(DeviceToken(token)) }
+
+    public mutating func insert(_ token: DeviceToken) {
         guard capacity > 0, members[token] == nil else { return }
         if members.count >= capacity {
             while head < order.count {
@@ -40,7 +49,7 @@ public struct BoundedTokenSet {
         }
     }
 
-    public mutating func remove(_ token: String) {
+    public mutating func remove(_ token: DeviceToken) {
         members[token] = nil
     }
 }

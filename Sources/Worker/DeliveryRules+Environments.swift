@@ -23,7 +23,7 @@ extension DeliveryRules {
     func routeToSandbox(_ record: JobRecord, context: UInt64, lane laneIndex: Int) -> Bool {
         guard laneIndex == record.lane, let twin = sandboxLanes[laneIndex], !lanes[twin].halted else { return false }
         let tokenIndex = Int(context & 0xFFFF)
-        guard sandboxTokens.contains(record.job.tokens[tokenIndex]) else { return false }
+        guard sandboxTokens.contains(record.job.tokens.token(at: tokenIndex)) else { return false }
         if record.onOtherEnvironment.isEmpty { record.onOtherEnvironment = Array(repeating: false, count: record.job.tokens.count) }
         guard !record.onOtherEnvironment[tokenIndex] else { return false }
         record.onOtherEnvironment[tokenIndex] = true

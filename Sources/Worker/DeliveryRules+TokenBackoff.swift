@@ -6,10 +6,10 @@ extension DeliveryRules {
     /// the token is not backing off (send it). Parking rather than holding it in memory keeps the
     /// worker's memory bounded by its read-ahead however many notifications a throttled token has.
     func deferForTokenBackoff(_ record: JobRecord, tokenIndex: Int, now: Int64) -> Bool {
-        let token = record.job.tokens[tokenIndex]
-        guard let until = tokenBackoff.until(token, now: now) else { return false }
+        // Looked up as the job keeps it: this runs before every send while any token backs off.
+        guard let until = tokenBackoff.until(record.job.tokens.token(at: tokenIndex), now: now) else { return false }
         queueCounters[record.queue].tokenBackoffDeferred += 1
-        park(record, token: token, attempts: record.attemptsBefore(tokenIndex), delay: until - now, now: now)
+        park(record, token: record.job.tokens[tokenIndex], attempts: record.attemptsBefore(tokenIndex), delay: until - now, now: now)
         return true
     }
 

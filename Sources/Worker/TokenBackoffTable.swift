@@ -9,8 +9,9 @@ import APNs
 /// parks its other notifications in the retry set, due when the backoff ends).
 ///
 /// Bounded: at most `capacity` tokens; adding one more evicts the oldest entry (insertion order),
-/// which at worst costs that token one more 429. Keyed by the token string (lowercase hex from
-/// `JobDecoder` on): a lookup hashes the token's bytes in place, with no allocation. Consecutive
+/// which at worst costs that token one more 429. Keyed by the token as the worker keeps it
+/// (`DeviceToken`, lowercase from `JobDecoder` on): the per-send lookup builds no string for a
+/// packed token. Consecutive
 /// 429s of one token lengthen its backoff along `Backoff.tokenRetry` (`strikes`); a token whose
 /// backoff has passed starts again at one strike. Loop-confined.
 public struct TokenBackoffTable {
@@ -22,9 +23,9 @@ public struct TokenBackoffTable {
     }
 
     public let capacity: Int
-    private var slots: [String: Slot] = [:]
+    private var slots: [DeviceToken: Slot] = [:]
     /// Tokens in insertion order with the sequence they were inserted with, from `head` on.
-    private var order: [(token: String, sequence: UInt64)] = []
+    private var order: [(token: DeviceToken, sequence: UInt64)] = []
     private var head = 0
     private var nextSequence: UInt64 = 0
     /// Tokens evicted because the table was full (for metrics and tests).
@@ -42,7 +43,10 @@ public struct TokenBackoffTable {
     public var count: Int { slots.count }
 
     /// Until when `token` backs off, if that is after `now`.
-    public func until(_ token: String, now: Int64) -> Int64? {
+    public func until(_ token: String, now: Int64) -> Int64? { until(DeviceToken(token), now: now) }
+
+    /// The same, for a token as the worker keeps it.
+    public func until(_ token: DeviceToken, now: Int64) -> Int64? {
         guard let slot = slots[token], slot.until > now else { return nil }
         return slot.until
     }
@@ -52,6 +56,12 @@ public struct TokenBackoffTable {
     /// Returns the time the token backs off until.
     @discardableResult
     public mutating func throttled(_ token: String, now: Int64, delay: (Int) -> Int64) -> Int64 {
+        throttled(DeviceToken(token), now: now, delay: delay)
+    }
+
+    /// The same, for a token as the worker keeps it.
+    @discardableResult
+    public mutating func throttled(_ token: DeviceToken, now: Int64, delay: (Int) -> Int64) -> Int64 {
         guard capacity > 0 else { return now.addingSaturating(delay(1)) }
         if var slot = slots[token] {
             // 429s in a row lengthen the backoff; one after the backoff passed starts over.
@@ -74,7 +84,7 @@ public struct TokenBackoffTable {
     @discardableResult
     public mutating func removeExpired(now: Int64) -> Int {
         guard !slots.isEmpty else { return 0 }
-        var kept: [(token: String, sequence: UInt64)] = []
+        var kept: [(token: DeviceToken, sequence: UInt64)] = []
         kept.reserveCapacity(slots.count)
         for index in head..<order.count {
             let entry = order[index]

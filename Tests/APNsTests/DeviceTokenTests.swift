@@ -97,6 +97,36 @@ import Testing
         #expect(Set([packed, DeviceToken(text.uppercased())]).count == 2)
     }
 
+    /// Text tokens are equal when their bytes are: canonically equivalent Unicode spellings
+    /// (which String's `==` equates) are different tokens, and equal tokens hash alike.
+    @Test func textTokensCompareAndHashTheirBytes() {
+        let composed = DeviceToken("caf\u{E9}")
+        let decomposed = DeviceToken("cafe\u{301}")
+        #expect(composed != decomposed)
+        #expect(Set([composed, decomposed]).count == 2)
+        #expect(DeviceToken("abc") == DeviceToken("abc"))
+        #expect(DeviceToken("abc").hashValue == DeviceToken("abc").hashValue)
+    }
+
+    /// Logs and dumps show a token's first 8 characters only, packed or not.
+    @Test func aTokenNeverPrintsWhole() {
+        let text = String(repeating: "5a", count: 32)
+        for token in [Self.token(Array(text.utf8)), DeviceToken(text)] {
+            for shown in ["\(token)", String(describing: token), String(reflecting: token), { var out = ""; dump(token, to: &out); return out }()] {
+                #expect(!shown.contains(text.prefix(9)), "\(shown)")
+                if token.isPacked { #expect(!shown.contains(String(token.word0)), "\(shown)") }
+                #expect(shown.contains("5a5a5a5a"), "\(shown)")
+            }
+        }
+    }
+
+    /// `writeHex` writes nothing for a token kept as text (its caller writes the text).
+    @Test func writeHexLeavesATextTokenToItsText() {
+        var target = [UInt8](repeating: 0xEE, count: 64)
+        target.withUnsafeMutableBufferPointer { DeviceToken("abcd").writeHex(into: $0.baseAddress!) }
+        #expect(target.allSatisfy { $0 == 0xEE })
+    }
+
     /// A packed token satisfies the token rule without a scan; a text token is checked as text.
     @Test func theTokenRuleSeesEitherForm() {
         let packed = Self.token(Array(String(repeating: "ab", count: 32).utf8))

@@ -45,15 +45,15 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
                 fatalError("a decoded job's notification has no canonical apns-id")
             }
         }
-        // A packed token (the worker's form of a 64-digit token) addresses its request with the
-        // text it spells, and derives the apns-id that text gives.
+        // A packed token (the worker's form of a 64-digit token) spells the producer's token,
+        // folded to lowercase, and addresses its request with the apns-id that text gives.
+        let given = givenTokens(fields)
         for index in job.tokens.indices {
             var addressed = job.template
             job.address(&addressed, tokenAt: index)
             let text = job.tokens[index]
-            if job.tokens.token(at: index).isPacked,
-               text.utf8.count != 64 || !text.utf8.allSatisfy({ $0 &- 0x30 < 10 || $0 &- 0x61 < 6 }) {
-                fatalError("a packed token does not spell 64 lowercase hex digits")
+            if job.tokens.token(at: index).isPacked, !given.contains(text) {
+                fatalError("a packed token does not spell any token the entry gave")
             }
             guard addressed.deviceToken == text, addressed.apnsID == job.notification(forToken: text).apnsID else {
                 fatalError("a request addressed from the job differs from one built from its token's text")
@@ -64,4 +64,19 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         _ = job.enqueuedAt
     }
     return 0
+}
+
+/// The tokens an entry's `token` and `tokens` fields name, trimmed of spaces and folded to
+/// lowercase as the decoder folds them (read here apart from the decoder).
+func givenTokens(_ fields: [(name: String, value: [UInt8])]) -> Set<String> {
+    var tokens = Set<String>()
+    for field in fields where field.name == "token" || field.name == "tokens" {
+        let parts = field.name == "token" ? [field.value[...]] : field.value.split(separator: 0x2C)
+        for part in parts {
+            let trimmed = part.drop(while: { $0 == 0x20 }).reversed().drop(while: { $0 == 0x20 }).reversed()
+            let folded = trimmed.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }
+            tokens.insert(String(decoding: folded, as: UTF8.self))
+        }
+    }
+    return tokens
 }
