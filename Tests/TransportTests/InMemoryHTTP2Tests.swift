@@ -308,4 +308,59 @@ struct InMemoryHTTP2Tests {
         #expect(closed.heldBytes <= 2 * 1024 * 1024, "the free lists are capped")
         #expect(clientDelegate.closed)
     }
+
+    /// The client's first SETTINGS turn the RFC 7540 priority tree off (RFC 9218's
+    /// SETTINGS_NO_RFC7540_PRIORITIES = 1) besides refusing pushes and opening its windows.
+    @Test func theFirstSettingsTurnTheRFC7540PriorityTreeOff() throws {
+        let loop = try EventLoop()
+        let client = APNsConnection(
+            loop: loop, host: "api.push.apple.com", port: 443, tlsContext: try TLSContext(clientTrusting: nil), maxStreams: 10)
+        try client.startInMemory()
+        var bytes: [UInt8] = []
+        _ = client.sendInMemory { bytes.append(contentsOf: $0) }
+        let preface = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)
+        try #require(bytes.count >= preface.count + 9 && Array(bytes.prefix(preface.count)) == preface, "\(bytes.count) bytes")
+        let frame = bytes[preface.count...]
+        let start = frame.startIndex
+        let length: Int = Int(frame[start]) << 16 | Int(frame[start + 1]) << 8 | Int(frame[start + 2])
+        let type = frame[start + 3]
+        try #require(type == 0x4 && length % 6 == 0 && frame.count >= 9 + length, "a SETTINGS frame first")
+        var settings: [UInt16: UInt32] = [:]
+        var at = start + 9
+        while at < start + 9 + length {
+            let id: UInt16 = UInt16(frame[at]) << 8 | UInt16(frame[at + 1])
+            var value: UInt32 = 0
+            for byte in frame[(at + 2)..<(at + 6)] { value = value << 8 | UInt32(byte) }
+            settings[id] = value
+            at += 6
+        }
+        let expected: [UInt16: UInt32] = [0x2: 0, 0x3: 0, 0x4: 1 << 20, 0x9: 1]
+        #expect(settings == expected, "\(settings)")
+        client.close()
+    }
+
+    /// Payloads held back by the server's flow-control window leave in the order their streams
+    /// were submitted: the stream whose DATA the window cut in two goes on first when it opens,
+    /// not after every other waiting stream (nghttp2's RFC 7540 scheduler moved a stream to the
+    /// back of its queue after each DATA frame). So no request waits behind later ones.
+    @Test func payloadsHeldByFlowControlLeaveInTheOrderTheirStreamsWereSubmitted() throws {
+        let pair = try Pair()
+        for context in 0..<UInt64(40) {
+            // 4,000 bytes each, 160,000 in all: the 65,535-byte window the connection starts with
+            // takes 16 payloads and part of the 17th.
+            var request = Self.request(context)
+            request.notification.payload = ArraySlice((0..<4_000).map { UInt8(truncatingIfNeeded: $0 &+ Int(context)) })
+            #expect(pair.client.submit(request))
+        }
+        _ = pair.clientToServer()
+        let first = pair.serverDelegate.received
+        let firstSixteen: [Int32] = (0..<16).map { Int32(2 * $0 + 1) }
+        #expect(first == firstSixteen, "before any window update: \(first)")
+        var rounds = 0
+        while pair.clientToServer() + pair.serverToClient() > 0 && rounds < 200 { rounds += 1 }
+        let all: [Int32] = (0..<40).map { Int32(2 * $0 + 1) }
+        #expect(pair.serverDelegate.received == all, "\(pair.serverDelegate.received)")
+        #expect(pair.serverDelegate.requests.allSatisfy { $0.body.count == 4_000 && !$0.bodyTruncated })
+        #expect(pair.clientDelegate.outcomes.count == 40 && pair.clientDelegate.outcomes.values.allSatisfy { $0 == .accepted })
+    }
 }
