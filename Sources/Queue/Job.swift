@@ -75,7 +75,7 @@ public struct JobDefaults: Sendable {
 public final class Job: Sendable {
     /// At least the bytes of a job's heap allocation (its object and malloc's rounding): the
     /// worker requests this many bytes' lines before it frees or reads a job that has left the
-    /// caches. A test checks it against `malloc_usable_size`.
+    /// caches. A test checks it against the object's size with malloc's rounding.
     public static let allocationBytes = 424
 
     public let entryID: StreamEntryID
