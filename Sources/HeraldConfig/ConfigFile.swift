@@ -144,10 +144,16 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     /// what is wrong.
     public static func parse(_ text: String, path: String) throws(ConfigFileError) -> ConfigFile {
         do {
+            let root = try Yams.compose(yaml: text)
+            // Screened before decoding: decoding would trap on the one, and take minutes and
+            // gigabytes on the other.
+            if let root, let refusal = ConfigFile.screen(root) {
+                throw ConfigFileError("the config file \(path) is not valid: \(refusal)")
+            }
             let file = try YAMLDecoder().decode(ConfigFile.self, from: text)
             // Decoding skips keys it does not know: a misspelt `drain_timout` would silently leave
             // the default in force. Every key must be one Herald reads.
-            let unknown = try ConfigFile.unknownKeys(in: text)
+            let unknown = root.map(ConfigFile.unknownKeys) ?? []
             if !unknown.isEmpty {
                 throw ConfigFileError("the config file \(path) has unknown keys: \(unknown.joined(separator: ", ")) "
                     + "(settings: \(CodingKeys.allCases.map(\.rawValue).joined(separator: ", "));"
@@ -164,8 +170,8 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     }
 
     /// Keys of the file's mappings that no setting reads, as dotted paths (`apps.legacy.key_fil`).
-    static func unknownKeys(in text: String) throws -> [String] {
-        guard let root = try Yams.compose(yaml: text)?.mapping else { return [] }
+    static func unknownKeys(in document: Node) -> [String] {
+        guard let root = document.mapping else { return [] }
         var unknown: [String] = []
         for (key, value) in root {
             guard let name = key.string else { continue }
@@ -181,6 +187,71 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
             }
         }
         return unknown
+    }
+
+    /// The most values (scalars, mappings and sequences, counted again wherever an alias repeats
+    /// them) a config file may hold: far above any real file's, far below what nested aliases
+    /// (`b: [*a, *a, …]`, `c: [*b, *b, …]`) can multiply into.
+    public static let maximumValues = 100_000
+
+    /// Why the composed `document` cannot be decoded safely, or nil:
+    /// - more than `maximumValues` values once aliases are expanded;
+    /// - plain scalars that decoding as an integer would read as base-60 numbers (`1:30` is 90, as
+    ///   YAML 1.1 has it) too large for an `Int`: the YAML library computes those with trapping
+    ///   arithmetic, so a file holding one would crash the worker instead of being refused. Each is
+    ///   named by its dotted path (`apps.shop.connections: 1:0:0:0:0:0:0:0:0:0:0`).
+    static func screen(_ document: Node) -> String? {
+        var tooLarge: [String] = []
+        var pending: [(node: Node, path: String)] = [(document, "")]
+        var values = 0
+        while let (node, path) = pending.popLast() {
+            values += 1
+            if values > maximumValues {
+                return "it holds more than \(maximumValues) values once its aliases are expanded"
+            }
+            switch node {
+            case .scalar(let scalar):
+                guard scalar.style == .plain || scalar.style == .any, baseSixtyOverflows(scalar.string) else { continue }
+                tooLarge.append("\(path.isEmpty ? "the document" : path): \(scalar.string.prefix(40))")
+            case .mapping(let mapping):
+                for (key, value) in mapping {
+                    let name = key.string ?? "?"
+                    pending.append((value, path.isEmpty ? name : path + "." + name))
+                }
+            case .sequence(let sequence):
+                for (index, element) in sequence.enumerated() { pending.append((element, "\(path)[\(index)]")) }
+            case .alias:
+                continue
+            }
+        }
+        guard !tooLarge.isEmpty else { return nil }
+        return "\(tooLarge.sorted().joined(separator: ", ")) read as base-60 numbers (YAML reads digits separated "
+            + "by colons, as in 1:30, that way) too large for a 64-bit integer; write the value in decimal, "
+            + "or quote it if it is text"
+    }
+
+    /// Whether `text`, read as the YAML library reads an integer, is a base-60 number whose
+    /// arithmetic overflows.
+    static func baseSixtyOverflows(_ text: String) -> Bool {
+        let withSign = text.replacingOccurrences(of: "_", with: "")
+        let negative = withSign.hasPrefix("-")
+        let unsigned = withSign.dropFirst(negative || withSign.hasPrefix("+") ? 1 : 0)
+        guard withSign != "0", !unsigned.hasPrefix("0"), unsigned.contains(":") else { return false }
+        var groups: [Int] = []
+        for group in unsigned.split(separator: ":", omittingEmptySubsequences: false) {
+            guard let value = Int(group, radix: 10) else { return false }
+            groups.append(value)
+        }
+        var base = 1
+        var value = 0
+        for group in groups.reversed() {
+            let (product, productOverflow) = group.multipliedReportingOverflow(by: base)
+            let (sum, sumOverflow) = value.addingReportingOverflow(product)
+            let (nextBase, baseOverflow) = base.multipliedReportingOverflow(by: 60)
+            if productOverflow || sumOverflow || baseOverflow { return true }
+            (value, base) = (sum, nextBase)
+        }
+        return (negative ? -1 : 1).multipliedReportingOverflow(by: value).overflow
     }
 
     static func explain(_ error: DecodingError) -> String {

@@ -286,6 +286,24 @@ extension IntegrationTests {
                 let mistypedRun = try bed.start(["worker", "--config", mistyped, "--no-metrics"])
                 #expect(try await mistypedRun.waitForExit() != 0)
                 #expect(mistypedRun.stderr.contains(mistyped) && mistypedRun.stderr.contains("batch"), "\(mistypedRun.stderr)")
+                // Digits separated by colons are base-60 numbers in YAML; ones too large for an
+                // integer are refused with their places named (the YAML library would trap on them).
+                let baseSixty = bed.directory.path("base-sixty.yaml")
+                try "threads: 999999999999999999:9\napps:\n  default:\n    connections: 1:0:0:0:0:0:0:0:0:0:0\n"
+                    .write(toFile: baseSixty, atomically: true, encoding: .utf8)
+                let baseSixtyRun = try bed.start(["worker", "--config", baseSixty, "--no-metrics"])
+                #expect(try await baseSixtyRun.waitForExit() == 78, "\(baseSixtyRun.stderr)")
+                #expect(baseSixtyRun.stderr.contains(baseSixty) && baseSixtyRun.stderr.contains("threads: 999999999999999999:9")
+                        && baseSixtyRun.stderr.contains("apps.default.connections") && baseSixtyRun.stderr.contains("base-60"),
+                        "\(baseSixtyRun.stderr)")
+                // Aliases nested to multiply into a billion values: refused at once, not decoded.
+                let laughs = bed.directory.path("laughs.yaml")
+                try ((["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"] + (1...8).map { level in
+                    "a\(level): &a\(level) [" + Array(repeating: "*a\(level - 1)", count: 10).joined(separator: ", ") + "]"
+                }) + ["queues: *a8", ""]).joined(separator: "\n").write(toFile: laughs, atomically: true, encoding: .utf8)
+                let laughsRun = try bed.start(["worker", "--config", laughs, "--no-metrics"])
+                #expect(try await laughsRun.waitForExit() == 78, "\(laughsRun.stderr)")
+                #expect(laughsRun.stderr.contains(laughs) && laughsRun.stderr.contains("more than 100000 values"), "\(laughsRun.stderr)")
                 // A misspelt key is an error too, not a setting silently left at its default.
                 let misspelt = bed.directory.path("misspelt.yaml")
                 try "drain_timout: 5\napps:\n  default:\n    conections: 8\n".write(toFile: misspelt, atomically: true, encoding: .utf8)
