@@ -226,8 +226,8 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
         }
         guard !tooLarge.isEmpty else { return nil }
         return "\(tooLarge.sorted().joined(separator: ", ")) read as base-60 numbers (YAML reads digits separated "
-            + "by colons, as in 1:30, that way) too large for a 64-bit integer; write the value in decimal, "
-            + "or quote it if it is text"
+            + "by colons, as in 1:30, that way) whose computation overflows a 64-bit integer (too large, or "
+            + "eleven or more groups); write the value in decimal, or quote it if it is text"
     }
 
     /// Whether `text`, read as the YAML library reads an integer, is a base-60 number whose

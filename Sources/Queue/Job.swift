@@ -73,7 +73,7 @@ public struct JobDefaults: Sendable {
 /// and a struct of a dozen references would be copied (and each reference retained) each time.
 /// Immutable once decoded.
 public final class Job: Sendable {
-    /// At least the bytes of a job's heap allocation (its object and malloc's rounding): the
+    /// At least the bytes of a job's object with malloc's rounding (all a job touches): the
     /// worker requests this many bytes' lines before it frees or reads a job that has left the
     /// caches. A test checks it against the object's size with malloc's rounding.
     public static let allocationBytes = 424

@@ -116,7 +116,7 @@ import Testing
                       [("tokens", "\(Self.token),\(Self.token)"), ("payload", "{}"), ("collapse_id", "c"), ("id_base", "b")]] {
             let jobs = try (0..<64).map { _ in try Self.decode(pairs).get() }
             let size = Self.instanceSize(of: jobs[0])
-            let rounded = max(24, (size + 8 + 15) & ~15) - 8
+            let rounded = max(32, (size + 8 + 15) & ~15) - 8
             #expect(rounded <= Job.allocationBytes, "a job's object is \(size) bytes, \(rounded) with malloc's rounding")
             #expect(rounded > Job.allocationBytes - 64, "a job's object is \(size) bytes: the bound is loose")
             let usable = jobs.map { herald_allocation_size(Unmanaged.passUnretained($0).toOpaque()) }
