@@ -145,8 +145,8 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     public static func parse(_ text: String, path: String) throws(ConfigFileError) -> ConfigFile {
         do {
             let root = try Yams.compose(yaml: text)
-            // Screened before decoding: decoding would trap on the one, and take minutes and
-            // gigabytes on the other.
+            // Screened before decoding: the YAML library traps on the one, and merge keys nested
+            // under an app would multiply into billions of settings to decode.
             if let root, let refusal = ConfigFile.screen(root) {
                 throw ConfigFileError("the config file \(path) is not valid: \(refusal)")
             }

@@ -296,11 +296,12 @@ extension IntegrationTests {
                 #expect(baseSixtyRun.stderr.contains(baseSixty) && baseSixtyRun.stderr.contains("threads: 999999999999999999:9")
                         && baseSixtyRun.stderr.contains("apps.default.connections") && baseSixtyRun.stderr.contains("base-60"),
                         "\(baseSixtyRun.stderr)")
-                // Aliases nested to multiply into a billion values: refused at once, not decoded.
+                // Merge keys nested eight deep under an app (10^8 settings to decode): refused at once.
                 let laughs = bed.directory.path("laughs.yaml")
-                try ((["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"] + (1...8).map { level in
-                    "a\(level): &a\(level) [" + Array(repeating: "*a\(level - 1)", count: 10).joined(separator: ", ") + "]"
-                }) + ["queues: *a8", ""]).joined(separator: "\n").write(toFile: laughs, atomically: true, encoding: .utf8)
+                try ((["m0: &m0 {connections: 1, max_streams: 2}"] + (1...7).map { level in
+                    "m\(level): &m\(level) {<<: [" + Array(repeating: "*m\(level - 1)", count: 10).joined(separator: ", ") + "]}"
+                }) + ["apps:", "  default:", "    <<: [" + Array(repeating: "*m7", count: 10).joined(separator: ", ") + "]", ""])
+                    .joined(separator: "\n").write(toFile: laughs, atomically: true, encoding: .utf8)
                 let laughsRun = try bed.start(["worker", "--config", laughs, "--no-metrics"])
                 #expect(try await laughsRun.waitForExit() == 78, "\(laughsRun.stderr)")
                 #expect(laughsRun.stderr.contains(laughs) && laughsRun.stderr.contains("more than 100000 values"), "\(laughsRun.stderr)")
