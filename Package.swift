@@ -138,6 +138,7 @@ let package = Package(
         .testTarget(name: "APNsTests", dependencies: ["APNs"], swiftSettings: swiftSettings),
         .testTarget(
             name: "TransportTests", dependencies: ["APNs", "Transport", "COpenSSL", "HeraldTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "HeraldConfigTests", dependencies: ["HeraldConfig"], swiftSettings: swiftSettings),
         .testTarget(name: "QueueTests", dependencies: ["APNs", "Queue", "CHeraldShims"], swiftSettings: swiftSettings),
         // The delivery rules alone (no Redis, no sockets): property tests over random event sequences.
         .testTarget(

@@ -143,10 +143,15 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     /// Parses and checks the text of the file at `path` (named in the errors only); errors say
     /// what is wrong.
     public static func parse(_ text: String, path: String) throws(ConfigFileError) -> ConfigFile {
+        // Counted before the YAML library builds the document: aliases (merge keys among them)
+        // nested under an app would multiply into billions of settings to decode, and an alias
+        // used as a key into billions of values to hash while building.
+        if ConfigFile.expandedValueCount(text, limit: maximumValues) == nil {
+            throw ConfigFileError("the config file \(path) is not valid: it holds more than \(maximumValues) values once its aliases are expanded")
+        }
         do {
             let root = try Yams.compose(yaml: text)
-            // Screened before decoding: the YAML library traps on the one, and merge keys nested
-            // under an app would multiply into billions of settings to decode.
+            // Screened before decoding: the YAML library traps on overflowing base-60 numbers.
             if let root, let refusal = ConfigFile.screen(root) {
                 throw ConfigFileError("the config file \(path) is not valid: \(refusal)")
             }
@@ -170,16 +175,17 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
     }
 
     /// Keys of the file's mappings that no setting reads, as dotted paths (`apps.legacy.key_fil`).
+    /// Keys brought in by merge keys (`<<: *shared`) are checked as if written in place.
     static func unknownKeys(in document: Node) -> [String] {
         guard let root = document.mapping else { return [] }
         var unknown: [String] = []
-        for (key, value) in root {
+        for (key, value) in settings(of: root) {
             guard let name = key.string else { continue }
             guard CodingKeys(rawValue: name) != nil else { unknown.append(name); continue }
             guard name == CodingKeys.apps.rawValue, let apps = value.mapping else { continue }
-            for (appKey, app) in apps {
-                guard let appName = appKey.string, let settings = app.mapping else { continue }
-                for (settingKey, _) in settings {
+            for (appKey, app) in settings(of: apps) {
+                guard let appName = appKey.string, let appSettings = app.mapping else { continue }
+                for (settingKey, _) in settings(of: appSettings) {
                     if let setting = settingKey.string, App.CodingKeys(rawValue: setting) == nil {
                         unknown.append("apps.\(appName).\(setting)")
                     }
@@ -189,26 +195,37 @@ public struct ConfigFile: Decodable, Equatable, Sendable {
         return unknown
     }
 
+    /// A mapping's pairs with its merge keys (`<<: *a` or `<<: [*a, *b]`) replaced by the pairs
+    /// they bring in, as decoding reads them. The nesting is bounded by `maximumValues`, which
+    /// `parse` checked first.
+    static func settings(of mapping: Node.Mapping) -> [(key: Node, value: Node)] {
+        var pairs: [(key: Node, value: Node)] = []
+        for (key, value) in mapping {
+            guard key.tag.rawValue == Tag.Name.merge.rawValue else { pairs.append((key, value)); continue }
+            switch value {
+            case .mapping(let merged): pairs += settings(of: merged)
+            case .sequence(let sequence): for case .mapping(let merged) in sequence { pairs += settings(of: merged) }
+            default: continue
+            }
+        }
+        return pairs
+    }
+
     /// The most values (scalars, mappings and sequences, counted again wherever an alias repeats
     /// them) a config file may hold: far above any real file's, far below what nested aliases
     /// (`b: [*a, *a, …]`, `c: [*b, *b, …]`) can multiply into.
     public static let maximumValues = 100_000
 
-    /// Why the composed `document` cannot be decoded safely, or nil:
-    /// - more than `maximumValues` values once aliases are expanded;
-    /// - plain scalars that decoding as an integer would read as base-60 numbers (`1:30` is 90, as
-    ///   YAML 1.1 has it) too large for an `Int`: the YAML library computes those with trapping
-    ///   arithmetic, so a file holding one would crash the worker instead of being refused. Each is
-    ///   named by its dotted path (`apps.shop.connections: 1:0:0:0:0:0:0:0:0:0:0`).
+    /// Why the composed `document` cannot be decoded safely, or nil: plain scalars that decoding
+    /// as an integer would read as base-60 numbers (`1:30` is 90, as YAML 1.1 has it) too large
+    /// for an `Int`. The YAML library computes those with trapping arithmetic, so a file holding
+    /// one would crash the worker instead of being refused. Each is named by its dotted path
+    /// (`apps.shop.connections: 1:0:0:0:0:0:0:0:0:0:0`). The walk visits aliased nodes again
+    /// wherever they are used: `parse` refused documents that expand past `maximumValues` first.
     static func screen(_ document: Node) -> String? {
         var tooLarge: [String] = []
         var pending: [(node: Node, path: String)] = [(document, "")]
-        var values = 0
         while let (node, path) = pending.popLast() {
-            values += 1
-            if values > maximumValues {
-                return "it holds more than \(maximumValues) values once its aliases are expanded"
-            }
             switch node {
             case .scalar(let scalar):
                 guard scalar.style == .plain || scalar.style == .any, baseSixtyOverflows(scalar.string) else { continue }

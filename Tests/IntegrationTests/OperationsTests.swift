@@ -305,6 +305,16 @@ extension IntegrationTests {
                 let laughsRun = try bed.start(["worker", "--config", laughs, "--no-metrics"])
                 #expect(try await laughsRun.waitForExit() == 78, "\(laughsRun.stderr)")
                 #expect(laughsRun.stderr.contains(laughs) && laughsRun.stderr.contains("more than 100000 values"), "\(laughsRun.stderr)")
+                // An alias as a key over nine levels of ten: refused before the YAML library hashes
+                // its 10^10 values to look for duplicate keys.
+                let keyAlias = bed.directory.path("key-alias.yaml")
+                try ((["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"] + (1...9).map { level in
+                    "a\(level): &a\(level) [" + Array(repeating: "*a\(level - 1)", count: 10).joined(separator: ", ") + "]"
+                }) + ["apps:", "  default:", "    ? *a9", "    : 1", ""])
+                    .joined(separator: "\n").write(toFile: keyAlias, atomically: true, encoding: .utf8)
+                let keyAliasRun = try bed.start(["worker", "--config", keyAlias, "--no-metrics"])
+                #expect(try await keyAliasRun.waitForExit() == 78, "\(keyAliasRun.stderr)")
+                #expect(keyAliasRun.stderr.contains("more than 100000 values"), "\(keyAliasRun.stderr)")
                 // A misspelt key is an error too, not a setting silently left at its default.
                 let misspelt = bed.directory.path("misspelt.yaml")
                 try "drain_timout: 5\napps:\n  default:\n    conections: 8\n".write(toFile: misspelt, atomically: true, encoding: .utf8)
