@@ -129,6 +129,9 @@ public struct MockAPNsFaults: Sendable, Equatable {
     public var ignorePing = false
     /// Answer every request that carries a provider token with 403 InvalidProviderToken.
     public var rejectTokens = false
+    /// Never open the flow-control window again on connections accepted while this is on: each
+    /// takes 65,535 bytes of DATA in all, then starves its client (PINGs are still answered).
+    public var withholdWindow = false
 
     /// True when a stall or reset may apply to a request: the only fault check on the hot path.
     public private(set) var streamFaultsOn = false
@@ -144,6 +147,6 @@ public struct MockAPNsFaults: Sendable, Equatable {
         "{\"max_streams\":\(maxStreams),\"latency_ms\":\(latencyMilliseconds),\"stall_rate\":\(stallRate),\"stall_next\":\(stallNext),"
             + "\"reset\":" + (reset.map { "{\"error_code\":\"\(HTTP2ErrorCode.name($0.errorCode))\",\"rate\":\($0.rate)}" } ?? "null")
             + ",\"garbage_body\":" + (garbageBody.map { "{\"kind\":\"\($0.kind.rawValue)\",\"rate\":\($0.rate)}" } ?? "null")
-            + ",\"ignore_ping\":\(ignorePing),\"reject_tokens\":\(rejectTokens)}"
+            + ",\"ignore_ping\":\(ignorePing),\"reject_tokens\":\(rejectTokens),\"withhold_window\":\(withholdWindow)}"
     }
 }

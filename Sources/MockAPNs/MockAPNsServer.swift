@@ -241,6 +241,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     /// | `/_herald/garbage-body/KIND[:RATE]` or `off` | garbage bodies on error answers |
     /// | `/_herald/ignore-ping/on` or `off` | stop or resume acknowledging PINGs |
     /// | `/_herald/reject-tokens/on` or `off` | answer every provider token 403 InvalidProviderToken, or stop |
+    /// | `/_herald/withhold-window/on` or `off` | connections accepted from now on never open their flow-control window again, or do |
     public func control(path: String) -> (status: Int, body: String) {
         let parts = path.dropFirst(MockAPNsServer.controlPrefix.count).split(separator: "/", omittingEmptySubsequences: false)
         let name = parts.first.map(String.init) ?? ""
@@ -290,6 +291,9 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         case ("reject-tokens", 2):
             guard let on = onOff(argument) else { return usage("reject-tokens/on or off") }
             changed.rejectTokens = on
+        case ("withhold-window", 2):
+            guard let on = onOff(argument) else { return usage("withhold-window/on or off") }
+            changed.withholdWindow = on
         default:
             return (404, "{\"error\":\"no such control path; try \(MockAPNsServer.controlPrefix)stats or \(MockAPNsServer.controlPrefix)faults\"}")
         }
@@ -314,6 +318,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
             state.servesChannels = servesChannels
             connection.userState = state
             connection.answersPings = !faults.ignorePing
+            connection.grantsWindow = !faults.withholdWindow
             connection.delegate = self
             connections[ObjectIdentifier(connection)] = connection
             statistics.connections += 1

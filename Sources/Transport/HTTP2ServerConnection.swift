@@ -80,6 +80,10 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
     /// PING frames acknowledged, and received while `answersPings` was off.
     public private(set) var pingsAnswered = 0
     public private(set) var pingsIgnored = 0
+    /// Whether the flow-control windows open again as DATA is read (nghttp2's automatic
+    /// WINDOW_UPDATE). Off, the client can send 65,535 bytes of DATA on the connection in all: a
+    /// test server that starves clients. Read when the session is created (after the handshake).
+    public var grantsWindow = true
 
     /// Requests being received, in slots reused from stream to stream (the stream's nghttp2 user
     /// data is its slot index + 1), so a request costs no dictionary and keeps its buffers.
@@ -126,6 +130,8 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
         defer { nghttp2_option_del(option) }
         // PINGs are acknowledged in `pingReceived`, which can also leave them unanswered.
         nghttp2_option_set_no_auto_ping_ack(option, 1)
+        // With automatic updates off and nothing consumed by hand, no WINDOW_UPDATE is ever sent.
+        if !grantsWindow { nghttp2_option_set_no_auto_window_update(option, 1) }
         var newSession: OpaquePointer? = nil
         let rc = nghttp2_session_server_new2(&newSession, callbacks, Unmanaged.passUnretained(self).toOpaque(), option)
         guard rc == 0, let newSession else { throw .protocolError("nghttp2_session_server_new failed (\(rc))") }

@@ -20,7 +20,7 @@ struct MockAPNsCommand: ParsableCommand {
             Faults change while running through /_herald/... on the emulator's port (GET or POST \
             over HTTP/2) and on --stats-port (GET): latency/MS, max-streams/N, stall/RATE, \
             stall-next/N, reset-streams/CODE:RATE|off, garbage-body/KIND[:RATE]|off, \
-            ignore-ping/on|off, reject-tokens/on|off. GET /_herald/faults shows the faults in force. \
+            ignore-ping/on|off, reject-tokens/on|off, withhold-window/on|off. GET /_herald/faults shows the faults in force. \
             Each injected fault is counted in the stats (streams_stalled, streams_reset, \
             garbage_bodies, pings_ignored, tokens_rejected, settings_sent).
             """)
@@ -52,6 +52,7 @@ struct MockAPNsCommand: ParsableCommand {
     @Option(name: .customLong("garbage-body"), help: "Send KIND[:RATE] of error answers with a garbage body; KIND is text, binary, oversized (1 MiB), unknown-reason or long-reason (10 KiB) (default: never).") var garbageBody: String?
     @Flag(name: .customLong("ignore-ping"), help: "Do not acknowledge PING frames.") var ignorePing = false
     @Flag(name: .customLong("reject-tokens"), help: "Answer every request with a provider token 403 InvalidProviderToken (until /_herald/reject-tokens/off).") var rejectTokens = false
+    @Flag(name: .customLong("withhold-window"), help: "Never send WINDOW_UPDATE on connections accepted while on: each takes 65,535 bytes of DATA in all (until /_herald/withhold-window/off).") var withholdWindow = false
     @Option(name: .customLong("channels-port"), help: "Serve the broadcast channel management API (/1/apps/BUNDLE/channels, TLS + HTTP/2, same certificate and token checks) on this port; 0 picks a free one and prints `channels on HOST:PORT`; -1 serves none (default 0).") var channelsPort = 0
     @Option(name: .customLong("max-channels"), help: "Channels one bundle id may hold before creating another is 400 CannotCreateChannelConfig (default 10000, APNs' limit per app and environment).") var maxChannels = 10_000
     @Flag(name: .customLong("broadcast-disabled"), help: "Answer broadcasts and channel requests 400 FeatureNotEnabled, as APNs does for an app without broadcast push (default: enabled).") var broadcastDisabled = false
@@ -122,6 +123,7 @@ struct MockAPNsCommand: ParsableCommand {
         }
         configuration.faults.ignorePing = ignorePing
         configuration.faults.rejectTokens = rejectTokens
+        configuration.faults.withholdWindow = withholdWindow
         configuration.expectedNotifications = max(0, expectNotifications)
         if let writeKey {
             let pem = try ES256PrivateKey.generateP8()

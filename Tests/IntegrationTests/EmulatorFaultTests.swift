@@ -134,6 +134,53 @@ extension IntegrationTests {
             #expect(try await bed.onLoop { $0.probe.closeError(of: 1) } == nil, "a connection whose PINGs are answered stays up")
         }
 
+        /// A server that takes DATA but never opens its flow-control window again: the connection
+        /// opens no stream past what the window carries (the rest wait with the caller), the one
+        /// stream cut short times out, and once the window has stayed shut with no stream open for
+        /// a response timeout the connection closes itself, so a pool would open a fresh one
+        /// instead of keeping a connection that can never send again.
+        @Test
+        func aWindowThatNeverOpensAgainClosesTheConnection() async throws {
+            let bed = try await TestBed { $0.faults.withholdWindow = true }
+            defer { bed.shutdown() }
+            let jwt = try bed.validJWT()
+            try await bed.openRawConnections(1, maxStreams: 100) { connection in
+                connection.responseTimeoutMilliseconds = 300
+                connection.pingIntervalMilliseconds = 200
+            }
+            // One stream until the first valid request, as APNs does: it takes a small payload.
+            #expect(try await bed.sendRaw(100, on: 0, jwt: jwt) == .accepted)
+            // 4,000-byte payloads: the rest of the 65,535-byte window carries 16 and part of the 17th.
+            let taken = try await bed.onLoop { bed in
+                let raw = bed.rawConnections[0]
+                raw.setAuthorization(jwt: jwt, generation: 1)
+                var taken = 0
+                while raw.streamSlots > 0 && taken < 40 {
+                    var notification = bed.notification(index: taken)
+                    let padding = String(repeating: "x", count: 4_000 - #"{"aps":{"alert":""}}"#.utf8.count)
+                    notification.payload = ArraySlice(#"{"aps":{"alert":"\#(padding)"}}"#.utf8)
+                    #expect(raw.submit(PendingRequest(notification: notification, context: UInt64(taken))))
+                    taken += 1
+                }
+                return taken
+            }
+            #expect(taken == 17, "the window carries 16 payloads and part of the 17th")
+            let closed = await bed.waitUntil(timeout: .seconds(10)) { $0.probe.closeError(of: 0) != nil }
+            let events = try await bed.onLoop { $0.probe.events.map(\.description) }
+            try #require(closed, "\(events)")
+            let accepted = try await bed.onLoop { bed in (0..<16).filter { bed.probe.outcome(of: UInt64($0)) == .accepted }.count }
+            #expect(accepted == 16, "\(events)")
+            let cut = try await bed.onLoop { $0.probe.outcome(of: 16) }
+            #expect(cut == .retryOnAnotherConnection(.responseTimeout), "\(events)")
+            let error = try await bed.onLoop { $0.probe.closeError(of: 0) }
+            guard case .timedOut(let what)?? = error, what.contains("flow-control window") else {
+                Issue.record("closed for another reason: \(events)")
+                return
+            }
+            let statistics = try await bed.statistics()
+            #expect(statistics.accepted == 17 && statistics.pingsAnswered >= 1, "PINGs answered all along: \(statistics.json())")
+        }
+
         @Test(arguments: [("INTERNAL_ERROR", RetryCause.streamReset(errorCode: 2)), ("REFUSED_STREAM", RetryCause.refusedStream)])
         func resetStreamsCarryTheChosenErrorCode(code: String, cause: RetryCause) async throws {
             let bed = try await TestBed { $0.faults.reset = InjectedReset(argument: "\(code):1") }
@@ -316,7 +363,7 @@ extension IntegrationTests {
             let directory = try TemporaryDirectory(prefix: "herald-mock-flags")
             let emulator = try await MockAPNsProcess(directory: directory, index: 0, extra: [
                 "--stats-port", "0", "--max-streams", "7", "--stall", "0.25", "--stall-next", "2",
-                "--reset-streams", "REFUSED_STREAM:0.1", "--garbage-body", "long-reason:0.5", "--ignore-ping", "--reject-tokens",
+                "--reset-streams", "REFUSED_STREAM:0.1", "--garbage-body", "long-reason:0.5", "--ignore-ping", "--reject-tokens", "--withhold-window",
             ])
             defer { emulator.process.signal(SIGKILL) }
             var statsPort = 0
@@ -328,7 +375,7 @@ extension IntegrationTests {
             }
             let (status, faults) = try OperationsHTTP.curl(["http://127.0.0.1:\(statsPort)/_herald/faults"])
             #expect(status == 200)
-            #expect(faults == #"{"max_streams":7,"latency_ms":0,"stall_rate":0.25,"stall_next":2,"reset":{"error_code":"REFUSED_STREAM","rate":0.1},"garbage_body":{"kind":"long-reason","rate":0.5},"ignore_ping":true,"reject_tokens":true}"#)
+            #expect(faults == #"{"max_streams":7,"latency_ms":0,"stall_rate":0.25,"stall_next":2,"reset":{"error_code":"REFUSED_STREAM","rate":0.1},"garbage_body":{"kind":"long-reason","rate":0.5},"ignore_ping":true,"reject_tokens":true,"withhold_window":true}"#)
             let (switched, after) = try OperationsHTTP.curl(["http://127.0.0.1:\(statsPort)/_herald/max-streams/2"])
             #expect(switched == 200 && after.hasPrefix(#"{"max_streams":2,"#), "\(after)")
             let (bad, message) = try OperationsHTTP.curl(["http://127.0.0.1:\(statsPort)/_herald/stall/2"])

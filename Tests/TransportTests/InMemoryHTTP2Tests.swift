@@ -192,17 +192,22 @@ struct InMemoryHTTP2Tests {
         let pair = try Pair()
         let (client, serverDelegate) = (pair.client, pair.serverDelegate)
         var sent: [[UInt8]] = []
-        for context in 0..<UInt64(4) {
-            // 30,000 bytes each, 120,000 in all: each is two or more DATA frames, and together
-            // they exceed the 65,535-byte window the connection starts with.
-            let storage = (0..<30_007).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ Int(context)) }
-            var request = Self.request(context)
-            request.notification.payload = storage[5..<30_005]
-            sent.append(Array(storage[5..<30_005]))
-            #expect(client.submit(request))
-        }
         var rounds = 0
-        while pair.clientToServer() + pair.serverToClient() > 0 && rounds < 200 { rounds += 1 }
+        repeat {
+            // 30,000 bytes each, 120,000 in all: each is two or more DATA frames, and together
+            // they exceed the 65,535-byte window the connection starts with (the third is cut by
+            // it; the fourth is taken once a window update came).
+            while sent.count < 4 && client.streamSlots > 0 {
+                let context = UInt64(sent.count)
+                let storage = (0..<30_007).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ Int(context)) }
+                var request = Self.request(context)
+                request.notification.payload = storage[5..<30_005]
+                sent.append(Array(storage[5..<30_005]))
+                #expect(client.submit(request))
+            }
+            rounds += 1
+        } while pair.clientToServer() + pair.serverToClient() > 0 && rounds < 200
+        #expect(sent.count == 4)
         #expect(serverDelegate.requests.count == 4)
         for request in serverDelegate.requests {
             let index = Int((request.streamID - 1) / 2)
@@ -339,25 +344,75 @@ struct InMemoryHTTP2Tests {
         client.close()
     }
 
+    /// 4,000-byte payloads: the 65,535-byte window a connection starts with takes 16 and part of
+    /// the 17th.
+    static func largeRequest(_ context: UInt64) -> PendingRequest {
+        var request = Self.request(context)
+        request.notification.payload = ArraySlice((0..<4_000).map { UInt8(truncatingIfNeeded: $0 &+ Int(context)) })
+        return request
+    }
+
+    /// The connection opens no stream whose DATA the server's connection window cannot take yet:
+    /// once the payloads submitted fill the window, `streamSlots` is 0 (the request waits in the
+    /// caller's queue, not half-sent inside nghttp2), and the window update that arrives with the
+    /// server's next bytes opens the slots again.
+    @Test func noStreamIsOpenedWhoseDataTheWindowCannotTake() throws {
+        let pair = try Pair()
+        var submitted: UInt64 = 0
+        while pair.client.streamSlots > 0 {
+            #expect(pair.client.submit(Self.largeRequest(submitted)))
+            submitted += 1
+        }
+        // 16 payloads leave 1,535 bytes of window: the 17th may start, the 18th waits.
+        #expect(submitted == 17 && pair.client.unsentPayloadBytes == 17 * 4_000)
+        #expect(!pair.client.submit(Self.largeRequest(99)), "a submit past the window is refused, not queued")
+        _ = pair.clientToServer()
+        #expect(pair.client.unsentPayloadBytes == 4_000 - 1_535 && pair.client.streamSlots == 0)
+        // The server took 16 requests (and answers them) and 64 KB: its WINDOW_UPDATE reopens the slots.
+        _ = pair.serverToClient()
+        #expect(pair.clientDelegate.outcomes.count == 16)
+        #expect(pair.client.streamSlots > 0)
+        var rounds = 0
+        while pair.clientToServer() + pair.serverToClient() > 0 && rounds < 20 { rounds += 1 }
+        #expect(pair.clientDelegate.outcomes.count == 17 && pair.client.unsentPayloadBytes == 0)
+    }
+
+    /// A stream reset before all of its DATA left gives its share of the window back: otherwise
+    /// each such stream would shrink the connection's room for good, until it opened no stream.
+    @Test func aStreamResetBeforeItsDataLeftGivesItsShareOfTheWindowBack() throws {
+        let pair = try Pair()
+        for context in 0..<UInt64(17) { #expect(pair.client.submit(Self.largeRequest(context))) }
+        _ = pair.clientToServer()
+        #expect(pair.serverDelegate.received.count == 16 && pair.client.unsentPayloadBytes == 4_000 - 1_535)
+        // The 17th (stream 33) is cut by the window; the server cancels it.
+        pair.server.resetStream(streamID: 33, errorCode: 8)
+        _ = pair.serverToClient()
+        _ = pair.clientToServer()
+        _ = pair.serverToClient()
+        #expect(pair.clientDelegate.outcomes.count == 17 && pair.client.inFlight == 0)
+        #expect(pair.client.unsentPayloadBytes == 0 && pair.client.streamSlots == 100)
+        guard case .retryOnAnotherConnection(.streamReset(errorCode: 8))? = pair.clientDelegate.outcomes[16] else {
+            Issue.record("the cancelled stream: \(String(describing: pair.clientDelegate.outcomes[16]))")
+            return
+        }
+    }
+
     /// Payloads held back by the server's flow-control window leave in the order their streams
     /// were submitted: the stream whose DATA the window cut in two goes on first when it opens,
     /// not after every other waiting stream (nghttp2's RFC 7540 scheduler moved a stream to the
     /// back of its queue after each DATA frame). So no request waits behind later ones.
     @Test func payloadsHeldByFlowControlLeaveInTheOrderTheirStreamsWereSubmitted() throws {
         let pair = try Pair()
-        for context in 0..<UInt64(40) {
-            // 4,000 bytes each, 160,000 in all: the 65,535-byte window the connection starts with
-            // takes 16 payloads and part of the 17th.
-            var request = Self.request(context)
-            request.notification.payload = ArraySlice((0..<4_000).map { UInt8(truncatingIfNeeded: $0 &+ Int(context)) })
-            #expect(pair.client.submit(request))
-        }
-        _ = pair.clientToServer()
-        let first = pair.serverDelegate.received
-        let firstSixteen: [Int32] = (0..<16).map { Int32(2 * $0 + 1) }
-        #expect(first == firstSixteen, "before any window update: \(first)")
+        var submitted: UInt64 = 0
         var rounds = 0
-        while pair.clientToServer() + pair.serverToClient() > 0 && rounds < 200 { rounds += 1 }
+        repeat {
+            // As a pool does: whatever the connection takes now, then the bytes each way.
+            while submitted < 40 && pair.client.streamSlots > 0 {
+                #expect(pair.client.submit(Self.largeRequest(submitted)))
+                submitted += 1
+            }
+            rounds += 1
+        } while pair.clientToServer() + pair.serverToClient() > 0 && rounds < 200
         let all: [Int32] = (0..<40).map { Int32(2 * $0 + 1) }
         #expect(pair.serverDelegate.received == all, "\(pair.serverDelegate.received)")
         #expect(pair.serverDelegate.requests.allSatisfy { $0.body.count == 4_000 && !$0.bodyTruncated })
