@@ -247,8 +247,9 @@ public final class APNsConnection: HTTP2Endpoint {
     private(set) var unsentPayloadBytes = 0
     /// The peer's connection window less `unsentPayloadBytes`: what further payloads may take.
     /// Sending DATA lowers both sides alike; it is read from nghttp2 again after each input (a
-    /// WINDOW_UPDATE raises it) and follows submits and abandoned payloads in between.
-    private(set) var windowRoom = 65_535
+    /// WINDOW_UPDATE raises it) and follows submits and abandoned payloads in between. None until
+    /// the session exists.
+    private(set) var windowRoom = 0
 
     /// Binds the provider token this connection sends from now on (token auth).
     public func setAuthorization(jwt: String, generation: UInt64) {

@@ -46,7 +46,8 @@ import Testing
     @Test
     func invalidYAMLIsLeftForTheParserToExplain() throws {
         #expect(ConfigFile.expandedValueCount("apps:\n  default: [unclosed\n", limit: 100) != nil)
-        #expect(throws: ConfigFileError.self) { try ConfigFile.parse("apps:\n  default: [unclosed\n", path: "broken.yaml") }
+        let error = try #require(throws: ConfigFileError.self) { try ConfigFile.parse("apps:\n  default: [unclosed\n", path: "broken.yaml") }
+        #expect(error.description.contains("broken.yaml is not valid YAML or JSON"), "\(error)")
     }
 
     /// An alias as a mapping key over nine levels of ten: the YAML library would hash about 10^10

@@ -399,8 +399,9 @@ struct InMemoryHTTP2Tests {
 
     /// Payloads held back by the server's flow-control window leave in the order their streams
     /// were submitted: the stream whose DATA the window cut in two goes on first when it opens,
-    /// not after every other waiting stream (nghttp2's RFC 7540 scheduler moved a stream to the
-    /// back of its queue after each DATA frame). So no request waits behind later ones.
+    /// not after the streams submitted once it opened (nghttp2's RFC 7540 scheduler moved a stream
+    /// to the back of its queue after each DATA frame; with that scheduler this test fails). So
+    /// no request waits behind later ones.
     @Test func payloadsHeldByFlowControlLeaveInTheOrderTheirStreamsWereSubmitted() throws {
         let pair = try Pair()
         var submitted: UInt64 = 0
