@@ -14,6 +14,9 @@ final class LocalLease {
     private(set) var moved: [Bool]?
     /// Positions neither confirmed finished nor moved.
     var unsettled: Int
+    /// Claim ticks in a row that found none of its positions held by the rules while some were
+    /// unsettled (`QueueChannel.leasesLost`).
+    var ticksWithNothingHeld = 0
 
     init(sequence: UInt64, field: String, ids: [StreamEntryID]) {
         self.sequence = sequence
@@ -60,6 +63,9 @@ final class LocalLease {
     }
 
     func isMoved(_ position: Int) -> Bool { moved?[position] ?? false }
+
+    /// Some position was moved (to the pending list, or to a newer lease by `takeOver`).
+    var hasMoves: Bool { moved != nil }
 }
 
 /// Entries moved from a lease (or read without one) to this consumer's pending list, until Redis
@@ -92,6 +98,16 @@ struct LeaseAcknowledgementPlan {
     func ids(ofLease index: Int) -> [StreamEntryID] {
         let lease = leases[index], mask = acknowledgement.leases[index].mask
         return lease.ids.indices.filter { StreamLease.isSet($0, in: mask) }.map { lease.ids[$0] }
+    }
+
+    /// How many of lease `index`'s positions this batch settles: those its mask sets, less any
+    /// a newer lease took over after the plan was made (`QueueChannel.takeOver` counted those
+    /// already; counting them again dropped the lease while entries of it were still out).
+    func settling(ofLease index: Int) -> Int {
+        let lease = leases[index]
+        guard lease.hasMoves else { return counts[index] }
+        let mask = acknowledgement.leases[index].mask
+        return lease.ids.indices.reduce(0) { $0 + (StreamLease.isSet($1, in: mask) && !lease.isMoved($1) ? 1 : 0) }
     }
 }
 
@@ -191,6 +207,49 @@ extension QueueChannel {
         removeLease(lease)
         return true
     }
+
+    /// `lease` was just read; `isHeld` says which entries the worker holds already. A read that
+    /// starts at or before the newest entry read so far (a failover's new master had not seen an
+    /// earlier read) names again entries still in the worker's hands: `take` skips those, and
+    /// their outcomes must set their positions in `lease`, the one Redis has. An outcome planned
+    /// after this read does (`lease(containing:)` finds it); one planned before did not, so such
+    /// entries are noted until their outcome is planned (`planned`) or confirmed
+    /// (`QueueWorker.batchConfirmed`, which then sets them in `lease`).
+    func noteRead(_ lease: LocalLease, isHeld: (StreamEntryID) -> Bool) {
+        guard let first = lease.ids.first, let last = lease.ids.last else { return }
+        if let newest = newestRead, first <= newest {
+            for id in lease.ids where isHeld(id) { rereadWhileHeld.insert(id) }
+        }
+        noteNewest(last)
+    }
+
+    /// `id` is the newest entry of a read of new entries.
+    func noteNewest(_ id: StreamEntryID) {
+        if newestRead.map({ id > $0 }) ?? true { newestRead = id }
+    }
+
+    /// An outcome of `id` is planned with the lease that holds it now.
+    @inline(__always)
+    func planned(_ id: StreamEntryID) {
+        if !rereadWhileHeld.isEmpty { rereadWhileHeld.remove(id) }
+    }
+
+    /// The leases whose unsettled positions the worker no longer holds, three claim ticks in a
+    /// row: every entry of theirs left the rules (its outcome batch confirmed) while the lease
+    /// still counts some unsettled, so no outcome will ever settle them. Such a lease would stay
+    /// in Redis for good, holding back the stream's trim; it is dropped here, and the release
+    /// that follows hands its unset positions to the pending list (read again: sent twice at
+    /// worst, never lost). A safety net: nothing known leaves a lease so.
+    func leasesLost(isHeld: (StreamEntryID) -> Bool) -> [LocalLease] {
+        var lost: [LocalLease] = []
+        for lease in leases {
+            let holds = lease.ids.indices.contains { !lease.isMoved($0) && isHeld(lease.ids[$0]) }
+            lease.ticksWithNothingHeld = holds ? 0 : lease.ticksWithNothingHeld + 1
+            if lease.ticksWithNothingHeld >= 3 { lost.append(lease) }
+        }
+        for lease in lost { removeLease(lease) }
+        return lost
+    }
 }
 
 extension QueueWorker {
@@ -287,6 +346,7 @@ extension QueueWorker {
             channel.writer?.send(QueueScripts.leaseFinishCommand(leases: channel.keys.leases, takenOver.taken))
         }
         for older in takenOver.emptied { deleteLease(channel, older) }
+        channel.noteRead(lease) { rules.isHeld($0, queue: channel.index) }
         let (taken, deferredAfter) = QueueWorker.deferringOverBudget(entries)
         if let deferredAfter {
             // The reply outgrew its byte budget: the entries past it are read again, fewer at a
@@ -424,6 +484,7 @@ extension QueueWorker {
                 }
                 current = index
             }
+            channel.planned(id)
             StreamLease.set(position, in: &masks[index])
             plan.counts[index] += 1
             next = position + 1
@@ -446,7 +507,7 @@ extension QueueWorker {
             if statuses[index].integer == -1 {
                 channel.removeLease(lease)
                 gone += plan.ids(ofLease: index)
-            } else if channel.settle(lease, count: plan.counts[index]) {
+            } else if channel.settle(lease, count: plan.settling(ofLease: index)) {
                 deleteLease(channel, lease)
             }
         }
@@ -489,6 +550,12 @@ extension QueueWorker {
     /// Redis answered.
     func releaseLeases(_ channel: QueueChannel, ownConsumerOnly: Bool, then: @escaping () -> Void) {
         guard let writer = channel.writer, writer.isReady else { then(); return }
+        if !ownConsumerOnly {
+            for lease in channel.leasesLost(isHeld: { rules.isHeld($0, queue: channel.index) }) {
+                channel.logger.error("a lease still counts entries this worker no longer holds; its unfinished entries go to the pending list and are read again",
+                                     metadata: ["lease": "\(lease.field)", "unsettled": "\(lease.unsettled)", "entries": "\(lease.ids.count)"])
+            }
+        }
         let keys = channel.keys
         let idle = ownConsumerOnly ? Int64.max / 2 : Int64(configuration.claimIdleMilliseconds)
         // Every lease this instance numbered below `top` and does not hold is one it no longer

@@ -906,6 +906,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 channel.readFailures = 0
                 channel.redirectsInARow = 0
                 channel.active = !read.isEmpty
+                if waiting, let last = read.last { channel.noteNewest(last.id) }
                 let (entries, deferredAfter) = QueueWorker.deferringOverBudget(read)
                 var restarted = false
                 if channel.recoveringPending && !waiting {
@@ -1126,16 +1127,22 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
     /// them back in the pending list, finished).
     private func batchConfirmed(_ sequence: UInt64, channel: QueueChannel) {
         let unleasedMoves = channel.pendingMoves.contains { $0.cursor == nil && !$0.ids.isEmpty }
-        guard channel.pendingReadInFlight || unleasedMoves else {
+        let rereads = !channel.rereadWhileHeld.isEmpty
+        guard channel.pendingReadInFlight || unleasedMoves || rereads else {
             rules.confirmed(sequence)
             return
         }
         var finished = StreamEntryIDSet()
+        var reread: [StreamEntryID] = []
         rules.confirmed(sequence) { id in
             if channel.pendingReadInFlight { channel.confirmedDuringPendingRead.insert(id) }
             if unleasedMoves { finished.insert(id) }
+            if rereads, channel.rereadWhileHeld.remove(id) != nil { reread.append(id) }
         }
         if unleasedMoves { dropFromUnleasedMoves(finished, channel: channel) }
+        // Entries a newer lease named while this batch was being planned or written: their
+        // positions there are set now (the lease Redis has; `QueueChannel.noteRead`).
+        if !reread.isEmpty { finishElsewhere(channel, reread) }
     }
 
     // MARK: retries and reclaiming
@@ -1322,6 +1329,11 @@ final class QueueChannel {
     var lastLeaseHit = 0
     /// No lease starts at or before the end of an older one (the usual case: lookups bisect).
     var leasesInOrder = true
+    /// The newest entry a read of new entries brought, and the entries a later read named again
+    /// while the worker still held them, whose outcome was planned before that read
+    /// (`noteRead`): empty but after a failover.
+    var newestRead: StreamEntryID?
+    var rereadWhileHeld: Set<StreamEntryID> = []
     /// Moves to the pending list Redis has not confirmed yet (`QueueWorker.moveToPending`), and
     /// the serial of the last one.
     var pendingMoves: [PendingMove] = []

@@ -2,7 +2,7 @@ import Foundation
 import Queue
 import Testing
 import Transport
-import Worker
+@testable import Worker
 
 extension IntegrationTests {
     /// Leases (`StreamLease`): a worker records each read as one hash field instead of an entry
@@ -229,6 +229,53 @@ extension IntegrationTests {
                 #expect(ledger.acceptedUnique == 140 && ledger.duplicates == 0, "\(ledger)")
                 #expect(try await bed.client.send(["HLEN", keys.leases]) == .integer(0))
                 #expect(try await bed.client.pendingListCount(keys.jobs, group: keys.group) == 0)
+            }
+        }
+
+        /// A lease the worker still counts as live while it holds none of its entries, the state
+        /// an outcome planned before a failover's re-read once left (see `QueueChannel.noteRead`):
+        /// no outcome will ever settle it, and it would hold its entries and the stream's trim for
+        /// good. Here it is set up directly: the worker notes a lease of its own numbering, and
+        /// the read it names runs in Redis without reaching the worker. The claim ticks find it
+        /// holding nothing and release it, and its entries are delivered from the pending list.
+        @Test
+        func aLeaseTheWorkerHoldsNothingOfIsReleasedAndItsEntriesDelivered() async throws {
+            try await withWorkerBed { bed in
+                let keys = bed.keys
+                try await Self.enqueueWithGroup(bed, 100)
+                // A claim tick every 500 ms.
+                let worker = try await bed.startWorker(connections: 2, maxStreams: 50) { $0.claimIdleMilliseconds = 1_000 }
+                _ = try await bed.waitUntilSettled(enqueued: 100, timeout: .seconds(30))
+
+                // Ids a little in the future, so they are known before the entries exist.
+                let base = try await Self.redisMilliseconds(bed) + 60_000
+                let ids = (0..<40).map { StreamEntryID(milliseconds: UInt64(base), sequence: UInt64($0)) }
+                let field = try await worker.onLoop { worker in
+                    let (sequence, field) = worker.nextLease()
+                    worker.channels[0].addLease(LocalLease(sequence: sequence, field: field, ids: ids))
+                    return field
+                }
+                // The entries and the read of them in one transaction: the worker's blocking read
+                // wakes after it, with nothing left to read.
+                let consumer = worker.configuration.consumer
+                _ = try await bed.client.send(["MULTI"])
+                for (index, id) in ids.enumerated() {
+                    _ = try await bed.client.send(["XADD", keys.jobs, id.description, "token", WorkerHarness.deviceToken(100 + index),
+                                                   "payload", WorkerHarness.payload(100 + index)])
+                }
+                _ = try await bed.client.send(["EVAL", QueueScripts.leaseRead, "2", keys.jobs, keys.leases, keys.group, field, "40",
+                                               consumer])
+                _ = try await bed.client.send(["XREADGROUP", "GROUP", keys.group, consumer, "COUNT", "40", "NOACK",
+                                               "STREAMS", keys.jobs, ">"])
+                let reply = try await bed.client.send(["EXEC"])
+                guard case .array(let parts) = reply, parts.count == 42 else { throw WaitTimeout(description: "EXEC answered \(reply)") }
+                #expect(try await Self.lease(bed, field)?.count == 40, "the read is under the worker's lease")
+
+                let ledger = try await bed.waitUntilSettled(enqueued: 140, timeout: .seconds(30))
+                #expect(ledger.acceptedUnique == 140 && ledger.duplicates == 0, "\(ledger)")
+                #expect(try await bed.client.send(["HLEN", keys.leases]) == .integer(0))
+                #expect(try await bed.client.pendingListCount(keys.jobs, group: keys.group) == 0)
+                #expect(try await worker.onLoop { $0.channels[0].leases.isEmpty }, "the worker dropped the lease")
             }
         }
 

@@ -179,6 +179,12 @@ final class InProcessWorker: @unchecked Sendable {
         try await thread.submit { [self] in worker.counters }
     }
 
+    /// Runs `body` with the worker on its loop (for tests that set up a state no outside
+    /// event can reach on demand).
+    func onLoop<T: Sendable>(_ body: @escaping @Sendable (QueueWorker) throws -> T) async throws -> T {
+        try await thread.submit { [self] in try body(worker) }
+    }
+
     /// The worker's own queue sample (what its gauges publish), nil while Redis is not ready.
     func sample() async throws -> QueueSample? {
         let thread = self.thread
