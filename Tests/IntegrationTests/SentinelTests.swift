@@ -198,8 +198,12 @@ extension IntegrationTests {
                 group.role(port: oldMaster) == "slave"
             }
             #expect(try await emulator.statistics().duplicates == counted.acceptedTwice, "the emulator's duplicates are these")
+            let log = process.logTail(1_000_000)
+            let netReleases = log.components(separatedBy: "a lease still counts entries").count - 1
             print("sentinel-switchover | min-replicas-to-write \(minReplicasToWrite) | enqueued \(count) | every job counted "
-                  + "| delivered twice \(counted.acceptedTwice) | dead letters twice \(counted.deadLettersTwice) | old master \(oldMaster) → new \(newMaster)")
+                  + "| delivered twice \(counted.acceptedTwice) | dead letters twice \(counted.deadLettersTwice) | old master \(oldMaster) → new \(newMaster) "
+                  + "| leases released by the safety net \(netReleases)")
+            if netReleases > 0 { print(log) }
         }
 
         @Test
