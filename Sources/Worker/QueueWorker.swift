@@ -586,9 +586,16 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         var remaining = batches.reduce(0) { $0 + $1.entries.count }
         var failed = false
         var replayed = false
+        // No read until Redis has said which entries are finished: a read answered in between
+        // (after a failover, one naming again entries of these batches) would find them still
+        // held, and the check below takes an entry the new master never handed out for one
+        // whose batch ran.
+        channel.replaying = true
         let replay = { [weak self, weak channel] in
             guard let self, let channel, !failed, !replayed else { return }
             replayed = true
+            channel.replaying = false
+            defer { self.maybeRead() }
             for batch in batches {
                 let entries = batch.entries.filter { !acknowledged.contains($0.entryID) }
                 if entries.isEmpty {
@@ -906,7 +913,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                 channel.readFailures = 0
                 channel.redirectsInARow = 0
                 channel.active = !read.isEmpty
-                if waiting, let last = read.last { channel.noteNewest(last.id) }
+                if let last = read.last { channel.noteNewest(last.id) }
                 let (entries, deferredAfter) = QueueWorker.deferringOverBudget(read)
                 var restarted = false
                 if channel.recoveringPending && !waiting {
@@ -1263,6 +1270,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             channel.claimCursor = cursor
             let entries = claimed.filter { !self.rules.isHeld($0.id, queue: channel.index) }
             guard let first = entries.first?.id, let last = entries.last?.id else { channel.claimInFlight = false; return }
+            channel.noteNewest(last)
             channel.logger.info("reclaimed idle entries", metadata: ["count": "\(entries.count)"])
             writer.send(["XPENDING", keys.jobs, keys.group, first.description, last.description,
                          String(entries.count * 2 + 16), self.configuration.consumer]) { [weak self, weak channel] result in
@@ -1299,12 +1307,16 @@ final class QueueChannel {
     var redisErrors = 0
     var reconnectTimer: EventLoop.TimerID?
     var readInFlight = false
+    /// After a reconnect, while the outcome batches Redis never confirmed are being checked and
+    /// written again (`QueueWorker.replayUnconfirmed`): no read is sent meanwhile.
+    var replaying = false
     /// The lease number of the leased read in flight, if one is.
     var leaseReadInFlight: UInt64?
 
     /// The connections went (or are replaced): nothing sent on them is in flight any more.
     func forgetRequestsInFlight() {
         readInFlight = false
+        replaying = false
         leaseReadInFlight = nil
         pendingReadInFlight = false
         pendingReadAgain = false
@@ -1378,7 +1390,7 @@ final class QueueChannel {
     }
 
     /// Connected, the group in place: it may read.
-    var canRead: Bool { groupReady && readPause == nil && (reader?.isReady ?? false) }
+    var canRead: Bool { groupReady && !replaying && readPause == nil && (reader?.isReady ?? false) }
 
     /// Connected, the group in place, and Redis not refusing its reads (ready as /readyz means it).
     var isReady: Bool { groupReady && readFailures == 0 && (writer?.isReady ?? false) }
