@@ -189,6 +189,20 @@ extension IntegrationTests {
         /// XCLAIM) while they are in flight: the worker sends the move again at its claim ticks,
         /// so once it is allowed the entries are in the pending list before their outcomes. A
         /// worker killed then loses none of them: its successor takes them from there.
+        /// How many entries the worker's group has handed out (`XINFO GROUPS`' `entries-read`).
+        static func entriesRead(_ bed: WorkerBed) async throws -> Int {
+            guard case .array(let groups) = try await bed.client.send(["XINFO", "GROUPS", bed.keys.jobs]) else { return -1 }
+            for group in groups {
+                guard case .array(let fields) = group else { continue }
+                var index = 0
+                while index + 1 < fields.count {
+                    if fields[index].string == "entries-read" { return Int(fields[index + 1].integer ?? -1) }
+                    index += 2
+                }
+            }
+            return -1
+        }
+
         @Test
         func aRefusedMoveIsSentAgainSoAKilledWorkerLosesNothing() async throws {
             try await withWorkerBed(emulator: { $0.latencyMilliseconds = 3_000 }) { bed in
@@ -201,10 +215,14 @@ extension IntegrationTests {
                 }
                 #expect(try await bed.client.pendingListCount(bed.keys.jobs, group: bed.keys.group) == 0, "the move was refused")
                 #expect(try await bed.client.send(["ACL", "SETUSER", "herald-worker", "+xclaim"]) == .status("OK"))
-                // The refused move sent again at a claim tick (or a later read's move): entries are
-                // in the pending list now. What shows the first move was sent again is the count below.
-                try await waitFor("entries in the pending list", timeout: .seconds(2)) {
-                    try await bed.client.pendingListCount(bed.keys.jobs, group: bed.keys.group) > 0
+                // The refused moves sent again at a claim tick (or a later read's move): every entry
+                // the group handed out is in the pending list now. Each read has its own move, so
+                // waiting for the first one only (as this test once did) let the kill come between
+                // two moves, and the entries of the second were lost with the worker (once in CI).
+                try await waitFor("every entry handed out in the pending list", timeout: .seconds(5)) {
+                    let pending = try await bed.client.pendingListCount(bed.keys.jobs, group: bed.keys.group)
+                    let handedOut = try await Self.entriesRead(bed)
+                    return pending > 0 && pending == handedOut
                 }
                 // Before the first answers (3 s): every entry read is in flight or queued.
                 worker.signal(SIGKILL)
