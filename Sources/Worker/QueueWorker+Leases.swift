@@ -223,15 +223,15 @@ extension QueueChannel {
         noteNewest(last)
     }
 
-    /// `id` is the newest entry of a read of new entries.
+    /// `id` is the last entry of a read (of new entries, of the pending list, or a claim).
     func noteNewest(_ id: StreamEntryID) {
         if newestRead.map({ id > $0 }) ?? true { newestRead = id }
     }
 
-    /// An outcome of `id` is planned with the lease that holds it now.
-    @inline(__always)
+
+    /// An outcome of `id` is planned with the lease that holds it now: nothing more to set.
     func planned(_ id: StreamEntryID) {
-        if !rereadWhileHeld.isEmpty { rereadWhileHeld.remove(id) }
+        rereadWhileHeld.remove(id)
     }
 
     /// The leases whose unsettled positions the worker no longer holds, three claim ticks in a
@@ -460,6 +460,9 @@ extension QueueWorker {
     func leasePlan(ids: some Sequence<StreamEntryID>, channel: QueueChannel) -> LeaseAcknowledgementPlan? {
         var plan = LeaseAcknowledgementPlan()
         var masks: [[UInt8]] = []
+        // Entries a failover's re-read named while held (`QueueChannel.noteRead`): planned with
+        // the lease that holds them now, they need nothing more. Empty but after a failover.
+        let rereads = !channel.rereadWhileHeld.isEmpty
         var current = -1  // the plan's lease of the entry before (entries of one lease come in runs)
         var next = 0  // the position after the entry before's, in `current`
         for id in ids {
@@ -484,7 +487,7 @@ extension QueueWorker {
                 }
                 current = index
             }
-            channel.planned(id)
+            if rereads { channel.planned(id) }
             StreamLease.set(position, in: &masks[index])
             plan.counts[index] += 1
             next = position + 1

@@ -1341,9 +1341,9 @@ final class QueueChannel {
     var lastLeaseHit = 0
     /// No lease starts at or before the end of an older one (the usual case: lookups bisect).
     var leasesInOrder = true
-    /// The newest entry a read of new entries brought, and the entries a later read named again
-    /// while the worker still held them, whose outcome was planned before that read
-    /// (`noteRead`): empty but after a failover.
+    /// The newest entry any read brought, and the entries a later leased read named again while
+    /// the worker still held them, kept until their outcome is planned with the newer lease or
+    /// confirmed (`noteRead`): empty but after a failover.
     var newestRead: StreamEntryID?
     var rereadWhileHeld: Set<StreamEntryID> = []
     /// Moves to the pending list Redis has not confirmed yet (`QueueWorker.moveToPending`), and

@@ -44,6 +44,7 @@ struct LeaseBookkeepingTests {
 
         channel.planned(StreamEntryID(milliseconds: 1_000, sequence: 6))
         #expect(channel.rereadWhileHeld.count == held.count - 1, "an outcome planned after the read finds the newer lease")
+
     }
 
     /// A newer read takes over positions of an older lease whose outcome was planned already:
