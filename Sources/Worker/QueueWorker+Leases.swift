@@ -87,6 +87,25 @@ struct PendingMove {
     var sending = false
 }
 
+/// A lease write outside the outcome batches that has to land: kept until Redis confirms it and
+/// sent again after a reconnect and at every claim tick (`QueueWorker.leaseWrite`). Both kinds
+/// set what is set already when sent twice.
+struct PendingLeaseWrite {
+    enum Content {
+        /// Entries whose outcomes Redis wrote while their lease was gone (`finishElsewhere`): set
+        /// in the lease of this worker that holds them when sent, else acknowledged with XACK.
+        case finished([StreamEntryID])
+        /// Positions of older leases that a newer lease took over (`takeOver`).
+        case takenOver([OutcomeBatch.LeasePositions])
+    }
+    let content: Content
+    /// Set by `leaseWrite`: tells the writes apart when Redis answers.
+    var serial: UInt64 = 0
+    /// Sent and not answered yet: not sent again meanwhile (a second confirmation of a
+    /// `.finished` write would settle its entries twice in the local lease).
+    var sending = false
+}
+
 /// What an outcome batch's lease entries need once Redis answers: per lease, the local lease and
 /// how many of its entries the batch finished (which ones: the positions of its mask).
 struct LeaseAcknowledgementPlan {
@@ -343,7 +362,7 @@ extension QueueWorker {
         if !takenOver.taken.isEmpty {
             // Usually gone (the failover lost the older read); where one exists, its positions
             // now read as finished, so releasing it does not hand out what the newer lease holds.
-            channel.writer?.send(QueueScripts.leaseFinishCommand(leases: channel.keys.leases, takenOver.taken))
+            leaseWrite(channel, .takenOver(takenOver.taken))
         }
         for older in takenOver.emptied { deleteLease(channel, older) }
         channel.noteRead(lease) { rules.isHeld($0, queue: channel.index) }
@@ -521,17 +540,78 @@ extension QueueWorker {
     /// Entries whose outcomes Redis wrote while their lease was gone: if a newer lease of this
     /// worker holds them (read again after a failover, `takeOver`), their positions are set there;
     /// the rest were released to the pending list by another worker and are acknowledged there.
-    /// Apart from the writes (a worker that stops in between has them sent again, not lost).
+    /// Sent until Redis confirms it (`leaseWrite`): lost with a connection, or refused, such a
+    /// write left the newer lease with positions nobody would set, released to the pending list
+    /// by the safety net (`QueueChannel.leasesLost`), and finished entries pending: both sent twice.
     func finishElsewhere(_ channel: QueueChannel, _ ids: [StreamEntryID]) {
-        guard let writer = channel.writer else { return }
+        leaseWrite(channel, .finished(ids))
+    }
+
+    /// Keeps `content` until Redis confirms it, and sends it.
+    func leaseWrite(_ channel: QueueChannel, _ content: PendingLeaseWrite.Content) {
+        channel.moveSerial &+= 1
+        let write = PendingLeaseWrite(content: content, serial: channel.moveSerial)
+        channel.pendingLeaseWrites.append(write)
+        sendLeaseWrite(channel, write)
+    }
+
+    /// Sends the lease writes not confirmed yet whose last send is not in flight (after a
+    /// reconnect, at a claim tick).
+    func resendLeaseWrites(_ channel: QueueChannel) {
+        for write in channel.pendingLeaseWrites where !write.sending { sendLeaseWrite(channel, write) }
+    }
+
+    private func sendLeaseWrite(_ channel: QueueChannel, _ write: PendingLeaseWrite) {
+        guard let writer = channel.writer, writer.isReady else { return }
         let keys = channel.keys
-        let plan = channel.leases.isEmpty ? nil : leasePlan(ids: ids, channel: channel)
-        let pending = plan?.acknowledgement.pending ?? ids
-        if !pending.isEmpty { OutcomeBatch.acknowledge(pending, on: writer, keys: keys) }
-        guard let plan, !plan.leases.isEmpty else { return }
-        writer.send(QueueScripts.leaseFinishCommand(leases: keys.leases, plan.acknowledgement.leases)) { [weak self, weak channel] result in
-            guard let self, let channel, case .success(let reply) = result else { return }
-            _ = self.leasesAcknowledged(plan, reply: reply, channel: channel)
+        let serial = write.serial
+        switch write.content {
+        case .takenOver(let positions):
+            channel.setLeaseWrite(serial, sending: true)
+            // One status per lease (-1: gone, nothing to set).
+            writer.send(QueueScripts.leaseFinishCommand(leases: keys.leases, positions)) { [weak self, weak channel] result in
+                guard let self, let channel else { return }
+                _ = self.leaseWriteAnswered(serial, result, channel: channel)
+            }
+        case .finished(let ids):
+            // Planned at each send: a lease may have gone, or been dropped, in between.
+            let plan = channel.leases.isEmpty ? nil : leasePlan(ids: ids, channel: channel)
+            let pending = plan?.acknowledgement.pending ?? ids
+            let leases = plan?.acknowledgement.leases ?? []
+            guard !pending.isEmpty || !leases.isEmpty else {
+                channel.pendingLeaseWrites.removeAll { $0.serial == serial }
+                return
+            }
+            channel.setLeaseWrite(serial, sending: true)
+            writer.send(["MULTI"])
+            if !pending.isEmpty { OutcomeBatch.acknowledge(pending, on: writer, keys: keys) }
+            if !leases.isEmpty { writer.send(QueueScripts.leaseFinishCommand(leases: keys.leases, leases)) }
+            writer.send(["EXEC"]) { [weak self, weak channel] result in
+                guard let self, let channel, let replies = self.leaseWriteAnswered(serial, result, channel: channel) else { return }
+                if let plan, !leases.isEmpty {
+                    // A lease gone meanwhile: its entries are finished elsewhere again, in a new write.
+                    _ = self.leasesAcknowledged(plan, reply: replies.last, channel: channel)
+                }
+            }
+        }
+    }
+
+    /// Redis answered lease write `serial`: its replies when it is confirmed (and forgotten), nil
+    /// when it was refused or lost (it is sent again).
+    private func leaseWriteAnswered(_ serial: UInt64, _ result: Result<RedisReply, RedisError>, channel: QueueChannel) -> [RedisReply]? {
+        channel.setLeaseWrite(serial, sending: false)
+        switch result {
+        case .success(.array(let replies)):
+            for reply in replies {
+                if case .error(let message) = reply { handleRedisError(message, channel: channel); return nil }
+            }
+            channel.pendingLeaseWrites.removeAll { $0.serial == serial }
+            return replies
+        case .success(.error(let message)):
+            handleRedisError(message, channel: channel)
+            return nil
+        default:
+            return nil  // connection lost: sent again after reconnecting
         }
     }
 

@@ -544,6 +544,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             channel.groupReady = true
             if replayingUnconfirmed { self.replayUnconfirmed(channel) }
             self.resendPendingMoves(channel)
+            self.resendLeaseWrites(channel)
             // Leases an earlier process of this consumer left become its pending entries first,
             // so the pending-list read below takes them at once.
             self.releaseLeases(channel, ownConsumerOnly: true) { [weak self, weak channel] in
@@ -1235,6 +1236,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             let budget = self.readBudget()
             for channel in self.channels {
                 self.resendPendingMoves(channel)
+                // Before the release below: a lease whose positions a write of these sets is
+                // released with them set, so nothing finished goes to the pending list.
+                self.resendLeaseWrites(channel)
                 // Leases of stopped workers become pending entries first, then XAUTOCLAIM takes
                 // them with the rest (see `StreamLease`).
                 guard channel.groupReady, !channel.claimInFlight else { continue }
@@ -1350,6 +1354,13 @@ final class QueueChannel {
     /// the serial of the last one.
     var pendingMoves: [PendingMove] = []
     var moveSerial: UInt64 = 0
+    /// Lease writes Redis has not confirmed yet (`QueueWorker.leaseWrite`): empty but after a
+    /// failover.
+    var pendingLeaseWrites: [PendingLeaseWrite] = []
+
+    func setLeaseWrite(_ serial: UInt64, sending: Bool) {
+        if let index = pendingLeaseWrites.firstIndex(where: { $0.serial == serial }) { pendingLeaseWrites[index].sending = sending }
+    }
     /// Set after a leased read found nothing: the next read is the group's blocking read.
     var waitsForJobs = false
     var recoveringPending = true

@@ -279,6 +279,84 @@ extension IntegrationTests {
             }
         }
 
+        /// The lease writes outside outcome batches (`QueueWorker.finishElsewhere`, a newer lease's
+        /// `takeOver`) are kept until Redis confirms them: refused (here NOREPLICAS) they are sent
+        /// again after the reconnect. Sent once, as they were, the entries they finish were sent
+        /// twice: those acknowledged in the pending list when they were claimed after
+        /// --claim-idle, those set in a lease when the safety net released it.
+        @Test
+        func aRefusedLeaseWriteIsSentAgainSoFinishedEntriesAreNotSentTwice() async throws {
+            try await withWorkerBed { bed in
+                let keys = bed.keys
+                try await Self.enqueueWithGroup(bed, 50)
+                // Claim ticks every 7.5 s: the safety net would release an unsettled lease after
+                // about 22 s, XAUTOCLAIM take an idle pending entry after 30 s.
+                let worker = try await bed.startWorker(connections: 2, maxStreams: 50) { $0.claimIdleMilliseconds = 30_000 }
+                _ = try await bed.waitUntilSettled(enqueued: 50, timeout: .seconds(30))
+
+                // 20 entries another worker released to the pending list (under its own name) and
+                // 10 read under a lease of this worker that its rules do not hold: both as this
+                // worker finds them after a failover, with their outcomes written already. Added
+                // and read in one transaction: the worker's blocking read finds nothing.
+                let base = try await Self.redisMilliseconds(bed) + 60_000
+                let released = (0..<20).map { StreamEntryID(milliseconds: UInt64(base), sequence: UInt64($0)) }
+                let leased = (20..<30).map { StreamEntryID(milliseconds: UInt64(base), sequence: UInt64($0)) }
+                // And 5 under an older lease of this worker that a newer one took over: every
+                // position of it is set by the take-over's write. Unknown to the worker (it gave
+                // the lease up), it is released at the reconnect, after that write.
+                let older = (30..<35).map { StreamEntryID(milliseconds: UInt64(base), sequence: UInt64($0)) }
+                let (field, olderField) = try await worker.onLoop { worker in
+                    let (sequence, field) = worker.nextLease()
+                    worker.channels[0].addLease(LocalLease(sequence: sequence, field: field, ids: leased))
+                    return (field, worker.nextLease().field)
+                }
+                _ = try await bed.client.send(["MULTI"])
+                for (index, id) in (released + leased + older).enumerated() {
+                    _ = try await bed.client.send(["XADD", keys.jobs, id.description, "token", WorkerHarness.deviceToken(100 + index),
+                                                   "payload", WorkerHarness.payload(100 + index)])
+                }
+                _ = try await bed.client.send(["XREADGROUP", "GROUP", keys.group, "released", "COUNT", "20", "STREAMS", keys.jobs, ">"])
+                _ = try await bed.client.send(["EVAL", QueueScripts.leaseRead, "2", keys.jobs, keys.leases, keys.group, field, "10",
+                                               worker.configuration.consumer])
+                _ = try await bed.client.send(["XREADGROUP", "GROUP", keys.group, worker.configuration.consumer, "COUNT", "10", "NOACK",
+                                               "STREAMS", keys.jobs, ">"])
+                _ = try await bed.client.send(["EVAL", QueueScripts.leaseRead, "2", keys.jobs, keys.leases, keys.group, olderField, "5",
+                                               worker.configuration.consumer])
+                _ = try await bed.client.send(["XREADGROUP", "GROUP", keys.group, worker.configuration.consumer, "COUNT", "5", "NOACK",
+                                               "STREAMS", keys.jobs, ">"])
+                let reply = try await bed.client.send(["EXEC"])
+                guard case .array(let parts) = reply, parts.count == 40 else { throw WaitTimeout(description: "EXEC answered \(reply)") }
+                #expect(try await bed.client.pendingListCount(keys.jobs, group: keys.group) == 20)
+                #expect(try await Self.lease(bed, field)?.count == 10, "the read is under the worker's lease")
+
+                // Redis refuses writes while the worker finishes the 30.
+                #expect(try await bed.client.send(["CONFIG", "SET", "min-replicas-to-write", "1"]) == .status("OK"))
+                var olderMask: [UInt8] = []
+                for position in 0..<5 { StreamLease.set(position, in: &olderMask) }
+                let olderPositions: OutcomeBatch.LeasePositions = (olderField, 5, older[4], olderMask)
+                try await worker.onLoop { worker in
+                    worker.finishElsewhere(worker.channels[0], released + leased)
+                    worker.leaseWrite(worker.channels[0], .takenOver([olderPositions]))
+                }
+                try await Task.sleep(for: .milliseconds(1_500))
+                #expect(try await bed.client.pendingListCount(keys.jobs, group: keys.group) == 20, "the acknowledgement was refused")
+                #expect(try await worker.onLoop { $0.channels[0].pendingLeaseWrites.count } == 2, "the refused writes are kept")
+                #expect(try await bed.client.send(["CONFIG", "SET", "min-replicas-to-write", "0"]) == .status("OK"))
+
+                // Sent again after the reconnect, well before a claim tick could act on either set.
+                try await waitFor("the refused lease write landed", timeout: .seconds(15)) {
+                    let pending = try await bed.client.pendingListCount(keys.jobs, group: keys.group)
+                    let leases = try await bed.client.send(["HLEN", keys.leases])
+                    return pending == 0 && leases == .integer(0)
+                }
+                #expect(try await worker.onLoop { $0.channels[0].pendingLeaseWrites.isEmpty && $0.channels[0].leases.isEmpty })
+                // Finished, so never sent: the 50 enqueued are all the emulator saw (the 35 added
+                // by hand stand for entries whose outcomes were written before the failover).
+                let stats = try await bed.emulator.statistics()
+                #expect(stats.acceptedUnique == 50 && stats.duplicates == 0, "\(stats)")
+            }
+        }
+
         @Test
         func leasesAnOperatorMangledStopNothing() async throws {
             try await withWorkerBed { bed in
