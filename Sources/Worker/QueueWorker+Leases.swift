@@ -99,6 +99,11 @@ struct PendingLeaseWrite {
         case takenOver([OutcomeBatch.LeasePositions])
     }
     let content: Content
+    /// The newest lease of the queue when the write was made: a `.finished` write is planned
+    /// again at each send, and only with leases up to this one. A later lease that names one of
+    /// its entries read it after it was finished (a failover lost the read in between): a new
+    /// delivery, whose own outcome sets its position.
+    let newestLease: UInt64
     /// Set by `leaseWrite`: tells the writes apart when Redis answers.
     var serial: UInt64 = 0
     /// Sent and not answered yet: not sent again meanwhile (a second confirmation of a
@@ -177,6 +182,13 @@ extension QueueChannel {
     }
 
     /// Adds a lease just read (the newest).
+    /// `lease(containing:)` among the leases numbered up to `newest`: nil when a newer one holds
+    /// `id` (a read after `newest` named it again).
+    func lease(containing id: StreamEntryID, upTo newest: UInt64) -> (LocalLease, Int)? {
+        guard let found = lease(containing: id), found.0.sequence <= newest else { return nil }
+        return found
+    }
+
     func addLease(_ lease: LocalLease) {
         guard let first = lease.ids.first, let last = lease.ids.last else { return }
         if let previous = leaseBounds.last, first <= previous.last { leasesInOrder = false }
@@ -475,8 +487,9 @@ extension QueueWorker {
         return leasePlan(ids: batch.entries.lazy.map(\.entryID), channel: channel)
     }
 
-    /// `leasePlan(for:channel:)` for `ids`.
-    func leasePlan(ids: some Sequence<StreamEntryID>, channel: QueueChannel) -> LeaseAcknowledgementPlan? {
+    /// `leasePlan(for:channel:)` for `ids`, with the leases up to `newestLease`: an entry of a
+    /// newer one is acknowledged with XACK (a no-op: its lease sets it).
+    func leasePlan(ids: some Sequence<StreamEntryID>, channel: QueueChannel, newestLease: UInt64 = .max) -> LeaseAcknowledgementPlan? {
         var plan = LeaseAcknowledgementPlan()
         var masks: [[UInt8]] = []
         // Entries a failover's re-read named while held (`QueueChannel.noteRead`): planned with
@@ -491,7 +504,7 @@ extension QueueWorker {
                 index = current
                 position = found
             } else {
-                guard let (lease, found) = channel.lease(containing: id) else {
+                guard let (lease, found) = channel.lease(containing: id, upTo: newestLease) else {
                     plan.acknowledgement.pending.append(id)
                     continue
                 }
@@ -550,7 +563,8 @@ extension QueueWorker {
     /// Keeps `content` until Redis confirms it, and sends it.
     func leaseWrite(_ channel: QueueChannel, _ content: PendingLeaseWrite.Content) {
         channel.moveSerial &+= 1
-        let write = PendingLeaseWrite(content: content, serial: channel.moveSerial)
+        let newestLease = channel.leases.reduce(0) { max($0, $1.sequence) }
+        let write = PendingLeaseWrite(content: content, newestLease: newestLease, serial: channel.moveSerial)
         channel.pendingLeaseWrites.append(write)
         sendLeaseWrite(channel, write)
     }
@@ -575,7 +589,7 @@ extension QueueWorker {
             }
         case .finished(let ids):
             // Planned at each send: a lease may have gone, or been dropped, in between.
-            let plan = channel.leases.isEmpty ? nil : leasePlan(ids: ids, channel: channel)
+            let plan = channel.leases.isEmpty ? nil : leasePlan(ids: ids, channel: channel, newestLease: write.newestLease)
             let pending = plan?.acknowledgement.pending ?? ids
             let leases = plan?.acknowledgement.leases ?? []
             guard !pending.isEmpty || !leases.isEmpty else {

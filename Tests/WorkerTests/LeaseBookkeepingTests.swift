@@ -47,6 +47,27 @@ struct LeaseBookkeepingTests {
 
     }
 
+    /// A write of entries finished while their lease was gone, refused and sent again later, is
+    /// planned with the leases there were when it was made: a read after that which names one of
+    /// them again (a second failover lost the read in between) delivers it anew, and its own
+    /// outcome sets its position; the write setting it too would settle that lease twice.
+    @Test
+    func aLaterLeaseIsNotPlannedForAnEntryFinishedBeforeIt() {
+        let channel = Self.channel()
+        let before = LocalLease(sequence: 2, field: "w-2", ids: Self.ids(0..<10))
+        channel.addLease(before)
+        let entry = StreamEntryID(milliseconds: 1_000, sequence: 3)
+        #expect(channel.lease(containing: entry, upTo: 2)?.0 === before)
+        // The later read names entries 0 to 4 again and takes their positions over.
+        let later = LocalLease(sequence: 5, field: "w-5", ids: Self.ids(0..<5))
+        channel.addLease(later)
+        _ = channel.takeOver(for: later)
+        #expect(channel.lease(containing: entry)?.0 === later, "the later lease holds it now")
+        #expect(channel.lease(containing: entry, upTo: 2) == nil, "not for a write made before that read")
+        #expect(channel.lease(containing: entry, upTo: 5)?.0 === later)
+        #expect(channel.lease(containing: StreamEntryID(milliseconds: 1_000, sequence: 7), upTo: 2)?.0 === before)
+    }
+
     /// A newer read takes over positions of an older lease whose outcome was planned already:
     /// the older lease counted them when they were taken over, so the outcome settles only the
     /// rest (counting them twice dropped the lease while some of its entries were still out).
