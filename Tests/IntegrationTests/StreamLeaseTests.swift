@@ -34,6 +34,22 @@ extension IntegrationTests {
             return ids
         }
 
+        /// A worker (2 connections × 50 streams, `--claim-idle` `claimIdle` ms: a claim tick every
+        /// quarter of it, at least 500 ms) that delivered `count` jobs enqueued before it started.
+        static func settledWorker(_ bed: WorkerBed, jobs count: Int, claimIdle: Int) async throws -> InProcessWorker {
+            try await enqueueWithGroup(bed, count)
+            let worker = try await bed.startWorker(connections: 2, maxStreams: 50) { $0.claimIdleMilliseconds = claimIdle }
+            _ = try await bed.waitUntilSettled(enqueued: count, timeout: .seconds(30))
+            return worker
+        }
+
+        /// Ids of one millisecond a minute ahead of Redis's clock, so that they are known before the
+        /// entries exist: `ids(range)` names sequences `range` of it.
+        static func futureIDs(_ bed: WorkerBed) async throws -> (Range<Int>) -> [StreamEntryID] {
+            let base = UInt64(try await redisMilliseconds(bed) + 60_000)
+            return { range in range.map { StreamEntryID(milliseconds: base, sequence: UInt64($0)) } }
+        }
+
         /// Redis's clock (`TIME`), ms.
         static func redisMilliseconds(_ bed: WorkerBed) async throws -> Int64 {
             guard case .array(let parts) = try await bed.client.send(["TIME"]), parts.count == 2,
@@ -242,14 +258,9 @@ extension IntegrationTests {
         func aLeaseTheWorkerHoldsNothingOfIsReleasedAndItsEntriesDelivered() async throws {
             try await withWorkerBed { bed in
                 let keys = bed.keys
-                try await Self.enqueueWithGroup(bed, 100)
                 // A claim tick every 500 ms.
-                let worker = try await bed.startWorker(connections: 2, maxStreams: 50) { $0.claimIdleMilliseconds = 1_000 }
-                _ = try await bed.waitUntilSettled(enqueued: 100, timeout: .seconds(30))
-
-                // Ids a little in the future, so they are known before the entries exist.
-                let base = try await Self.redisMilliseconds(bed) + 60_000
-                let ids = (0..<40).map { StreamEntryID(milliseconds: UInt64(base), sequence: UInt64($0)) }
+                let worker = try await Self.settledWorker(bed, jobs: 100, claimIdle: 1_000)
+                let ids = try await Self.futureIDs(bed)(0..<40)
                 let field = try await worker.onLoop { worker in
                     let (sequence, field) = worker.nextLease()
                     worker.channels[0].addLease(LocalLease(sequence: sequence, field: field, ids: ids))
@@ -288,23 +299,21 @@ extension IntegrationTests {
         func aRefusedLeaseWriteIsSentAgainSoFinishedEntriesAreNotSentTwice() async throws {
             try await withWorkerBed { bed in
                 let keys = bed.keys
-                try await Self.enqueueWithGroup(bed, 50)
                 // Claim ticks every 7.5 s: the safety net would release an unsettled lease after
                 // about 22 s, XAUTOCLAIM take an idle pending entry after 30 s.
-                let worker = try await bed.startWorker(connections: 2, maxStreams: 50) { $0.claimIdleMilliseconds = 30_000 }
-                _ = try await bed.waitUntilSettled(enqueued: 50, timeout: .seconds(30))
+                let worker = try await Self.settledWorker(bed, jobs: 50, claimIdle: 30_000)
 
                 // 20 entries another worker released to the pending list (under its own name) and
                 // 10 read under a lease of this worker that its rules do not hold: both as this
                 // worker finds them after a failover, with their outcomes written already. Added
                 // and read in one transaction: the worker's blocking read finds nothing.
-                let base = try await Self.redisMilliseconds(bed) + 60_000
-                let released = (0..<20).map { StreamEntryID(milliseconds: UInt64(base), sequence: UInt64($0)) }
-                let leased = (20..<30).map { StreamEntryID(milliseconds: UInt64(base), sequence: UInt64($0)) }
+                let ids = try await Self.futureIDs(bed)
+                let released = ids(0..<20)
+                let leased = ids(20..<30)
                 // And 5 under an older lease of this worker that a newer one took over: every
                 // position of it is set by the take-over's write. Unknown to the worker (it gave
                 // the lease up), it is released at the reconnect, after that write.
-                let older = (30..<35).map { StreamEntryID(milliseconds: UInt64(base), sequence: UInt64($0)) }
+                let older = ids(30..<35)
                 // Known to the worker until the take-over (a claim tick would release it before).
                 let (field, olderField) = try await worker.onLoop { worker in
                     let (sequence, field) = worker.nextLease()
