@@ -36,7 +36,7 @@ extension IntegrationTests {
 
         /// A worker (2 connections × 50 streams, `--claim-idle` `claimIdle` ms: a claim tick every
         /// quarter of it, at least 500 ms) that delivered `count` jobs enqueued before it started.
-        static func settledWorker(_ bed: WorkerBed, jobs count: Int, claimIdle: Int) async throws -> InProcessWorker {
+        static func settledWorker(_ bed: WorkerBed, jobs count: Int, claimIdle: Int64) async throws -> InProcessWorker {
             try await enqueueWithGroup(bed, count)
             let worker = try await bed.startWorker(connections: 2, maxStreams: 50) { $0.claimIdleMilliseconds = claimIdle }
             _ = try await bed.waitUntilSettled(enqueued: count, timeout: .seconds(30))
