@@ -130,8 +130,11 @@ extension IntegrationTests {
                 }
                 let wrongEnvironments = onSandbox + again
                 let scrape = try await http.scrape(until: "/metrics shows every notification's outcome", process: worker) { scrape in
+                    // The sandbox pool's counters reach /metrics on their own schedule: waited for
+                    // too (once read right after the notifications' and found still at 0, in CI).
                     scrape.count("herald_notifications_total", ["app": "default", "outcome": "accepted"]) == onProduction + wrongEnvironments
                         && scrape.count("herald_notifications_total", ["app": "default", "outcome": "dead_token"]) == dead
+                        && scrape.count("herald_apns_responses_total", ["app": "default/sandbox", "status": "200"]) == wrongEnvironments
                 }
                 #expect(scrape.count("herald_wrong_environment_total", ["app": "default", "queue": "default"]) == wrongEnvironments,
                         "\(scrape.series("herald_wrong_environment_total"))")
