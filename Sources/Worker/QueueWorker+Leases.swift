@@ -181,7 +181,6 @@ extension QueueChannel {
         return nil
     }
 
-    /// Adds a lease just read (the newest).
     /// `lease(containing:)` among the leases numbered up to `newest`: nil when a newer one holds
     /// `id` (a read after `newest` named it again).
     func lease(containing id: StreamEntryID, upTo newest: UInt64) -> (LocalLease, Int)? {
@@ -189,6 +188,7 @@ extension QueueChannel {
         return found
     }
 
+    /// Adds a lease just read (the newest).
     func addLease(_ lease: LocalLease) {
         guard let first = lease.ids.first, let last = lease.ids.last else { return }
         if let previous = leaseBounds.last, first <= previous.last { leasesInOrder = false }
@@ -258,7 +258,6 @@ extension QueueChannel {
     func noteNewest(_ id: StreamEntryID) {
         if newestRead.map({ id > $0 }) ?? true { newestRead = id }
     }
-
 
     /// An outcome of `id` is planned with the lease that holds it now: nothing more to set.
     func planned(_ id: StreamEntryID) {

@@ -352,9 +352,13 @@ extension IntegrationTests {
                     worker.finishElsewhere(worker.channels[0], released + leased)
                     worker.leaseWrite(worker.channels[0], .takenOver([olderPositions]))
                 }
-                try await Task.sleep(for: .milliseconds(1_500))
+                try await waitFor("Redis refused both writes, which are kept", timeout: .seconds(10)) {
+                    try await worker.onLoop { worker in
+                        let writes = worker.channels[0].pendingLeaseWrites
+                        return writes.count == 2 && writes.allSatisfy { !$0.sending }
+                    }
+                }
                 #expect(try await bed.client.pendingListCount(keys.jobs, group: keys.group) == 20, "the acknowledgement was refused")
-                #expect(try await worker.onLoop { $0.channels[0].pendingLeaseWrites.count } == 2, "the refused writes are kept")
                 #expect(try await bed.client.send(["CONFIG", "SET", "min-replicas-to-write", "0"]) == .status("OK"))
 
                 // Sent again after the reconnect, well before a claim tick could act on either set.
