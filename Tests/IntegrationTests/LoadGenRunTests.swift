@@ -53,7 +53,9 @@ extension IntegrationTests {
                 try redis.run(["XADD", "lg:dead", "MAXLEN", "2", "*", "n", .text(String(index))])
             }
             #expect(try redis.run(["XLEN", "lg:dead"]).integer == 2)
-            #expect(try LoadRun.entriesAdded(redis, key: "lg:dead") == 5)
+            // Redis 6.2 has no `entries-added`: loadgen falls back to the length, which a cap
+            // lowers, so there it can report a loss that was not one, never hide one.
+            #expect(try LoadRun.entriesAdded(redis, key: "lg:dead") == (RedisServer.isRedis7 ? 5 : 2))
             try redis.run(["SET", "lg:text", "x"])
             #expect(throws: LoadGenError.self) { try LoadRun.entriesAdded(redis, key: "lg:text") }
         }

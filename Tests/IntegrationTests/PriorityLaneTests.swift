@@ -112,9 +112,16 @@ extension IntegrationTests {
                     try await bed.emulator.acceptedCounts(ids) == [1, 1]
                 }
                 // Each stream delivered exactly one entry to the group: the urgent retry came back
-                // through the urgent stream, the bulk one through the bulk stream.
-                #expect(try await entriesRead(bed, keys.urgentJobs, group: keys.group) == 1)
-                #expect(try await entriesRead(bed, keys.jobs, group: keys.group) == 1)
+                // through the urgent stream, the bulk one through the bulk stream. (Redis 6.2
+                // counts no `entries-read`: there each stream delivered something, and the two
+                // acceptances above are all there were.)
+                if RedisServer.isRedis7 {
+                    #expect(try await entriesRead(bed, keys.urgentJobs, group: keys.group) == 1)
+                    #expect(try await entriesRead(bed, keys.jobs, group: keys.group) == 1)
+                } else {
+                    #expect(try await groupField(bed, keys.urgentJobs, group: keys.group, "last-delivered-id")?.string != "0-0")
+                    #expect(try await groupField(bed, keys.jobs, group: keys.group, "last-delivered-id")?.string != "0-0")
+                }
                 #expect(try await bed.client.integer("ZCARD", keys.retry) == 0)
             }
         }
@@ -162,7 +169,12 @@ private func addJobs(_ bed: WorkerBed, _ stream: String, _ count: Int, prefix: S
 
 /// The group's `entries-read` on `stream` (Redis 7): how many entries it has delivered.
 private func entriesRead(_ bed: WorkerBed, _ stream: String, group: String) async throws -> Int {
-    guard case .array(let groups) = try await bed.client.command("XINFO", "GROUPS", stream) else { return -1 }
+    Int(try await groupField(bed, stream, group: group, "entries-read")?.integer ?? -1)
+}
+
+/// One field of `group`'s `XINFO GROUPS` row on `stream`; nil when the group or field is missing.
+private func groupField(_ bed: WorkerBed, _ stream: String, group: String, _ field: String) async throws -> RedisReply? {
+    guard case .array(let groups) = try await bed.client.command("XINFO", "GROUPS", stream) else { return nil }
     for entry in groups {
         guard case .array(let pairs) = entry else { continue }
         var fields: [String: RedisReply] = [:]
@@ -171,9 +183,9 @@ private func entriesRead(_ bed: WorkerBed, _ stream: String, group: String) asyn
             if let name = pairs[index].string { fields[name] = pairs[index + 1] }
             index += 2
         }
-        if fields["name"]?.string == group { return Int(fields["entries-read"]?.integer ?? -1) }
+        if fields["name"]?.string == group { return fields[field] }
     }
-    return -1
+    return nil
 }
 
 /// Runs the herald binary to its end; no HERALD_* settings from the developer's shell.

@@ -220,7 +220,8 @@ extension IntegrationTests {
             #expect(stats["depth"] as? Int == 5)
             #expect(stats["pending"] as? Int == 2)
             #expect(stats["lag"] as? Int == 3)
-            #expect(stats["lag_exact"] as? Bool == true)
+            // Redis 6.2 reports no lag: stats estimates it (depth - pending) and says so.
+            #expect(stats["lag_exact"] as? Bool == RedisServer.isRedis7)
             #expect(stats["retry_size"] as? Int == 3)
             #expect(stats["retry_due"] as? Int == 2)
             #expect(stats["dead_letters"] as? Int == 2)
@@ -237,7 +238,7 @@ extension IntegrationTests {
             #expect(lines.first?.hasPrefix("QUEUE") == true)
             let row = try #require(lines.first { $0.hasPrefix("tooling") }).split(separator: " ").map(String.init)
             // QUEUE DEPTH PENDING LAG OLDEST-PENDING RETRY DUE NEXT-RETRY DEAD FEEDBACK CONSUMERS
-            #expect(row[0...3] == ["tooling", "5", "2", "3"])
+            #expect(row[0...3] == ["tooling", "5", "2", RedisServer.isRedis7 ? "3" : "~3"])
             #expect(row.suffix(3) == ["2", "3", "1"])
             #expect(table.stdout.contains("host-1-0"))
 

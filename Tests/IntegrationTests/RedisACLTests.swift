@@ -28,9 +28,12 @@ extension IntegrationTests {
             return users
         }
 
-        /// Creates `user` as documented (plus `extra` rules, e.g. one permission taken away).
+        /// Creates `user` as documented (plus `extra` rules, e.g. one permission taken away). On
+        /// Redis 6.2 the producer's write-only key patterns (`%W~`, 7.0) become read-write (`~`),
+        /// as docs/operations.md tells 6.2 users to write them.
         static func create(_ user: String, on client: RedisClient, extra: [String] = []) async throws {
-            let line = try #require(try documentedUsers()[user], "Deploy/redis/herald-acl.txt has no \(user)")
+            var line = try #require(try documentedUsers()[user], "Deploy/redis/herald-acl.txt has no \(user)")
+            if !RedisServer.isRedis7 { line = line.map { $0.hasPrefix("%W~") ? "~" + $0.dropFirst(3) : $0 } }
             let reply = try await client.send(line + extra + [">" + password])
             #expect(reply == .status("OK"), "\(line.joined(separator: " ")): \(reply)")
         }
@@ -142,9 +145,14 @@ extension IntegrationTests {
                 // ROLE, which Herald asks of the master the sentinels name (--sentinel).
                 let role = try await backend.send(["ROLE"])
                 #expect(role.array?.first?.string == "master", "\(role)")
-                // And it cannot touch the jobs: reading them is not among its rights.
+                // And it cannot touch the jobs: reading them is not among its rights (from Redis
+                // 7.0, `%W~`; a 6.2 producer's key patterns are read-write).
                 let peek = try await backend.send(["XRANGE", bed.keys.jobs, "-", "+"])
-                #expect(peek.isError && (peek.string ?? "\(peek)").contains("NOPERM"), "\(peek)")
+                if RedisServer.isRedis7 {
+                    #expect(peek.isError && (peek.string ?? "\(peek)").contains("NOPERM"), "\(peek)")
+                } else {
+                    #expect(!peek.isError, "\(peek)")
+                }
 
                 worker.signal(SIGTERM)
                 let exit = try await worker.waitForExit(timeout: .seconds(20))
@@ -167,7 +175,7 @@ extension IntegrationTests {
         /// A user that may run the lease script but not a command inside it (XINFO GROUPS): the
         /// read ran before the script's refusal was known, without its lease. Those entries are
         /// sent and kept in the pending list meanwhile; nothing is lost or sent twice.
-        @Test
+        @Test(.enabled(if: RedisServer.isRedis7, "takes one subcommand away (-xinfo|groups), which ACL rules can do from Redis 7.0"))
         func aLeaseScriptRefusedInsideRedisLosesNothing() async throws {
             try await withWorkerBed { bed in
                 try await Self.create("herald-worker", on: bed.client, extra: ["-xinfo|groups"])
@@ -203,7 +211,7 @@ extension IntegrationTests {
             return -1
         }
 
-        @Test
+        @Test(.enabled(if: RedisServer.isRedis7, "takes one subcommand away (-xinfo|groups), which ACL rules can do from Redis 7.0"))
         func aRefusedMoveIsSentAgainSoAKilledWorkerLosesNothing() async throws {
             try await withWorkerBed(emulator: { $0.latencyMilliseconds = 3_000 }) { bed in
                 try await Self.create("herald-worker", on: bed.client, extra: ["-xinfo|groups", "-xclaim"])

@@ -391,13 +391,17 @@ extension IntegrationTests {
             let process = try WorkerProcess(arguments: ["--redis", "redis://127.0.0.1:\(replica)", "--metrics-port", "0"]
                                             + emulator.workerArguments, logPath: emulator.directory.path("worker.log"))
             defer { if process.isRunning { process.signal(SIGKILL); process.process.waitUntilExit() } }
-            // Redis 7 counts a command refused before it ran (READONLY) as `rejected_calls`.
+            // Redis 7 counts a command refused before it ran (READONLY) as `rejected_calls`, per
+            // subcommand. Redis 6.2 counts refused commands nowhere but in its error statistics,
+            // so there every READONLY answer stands for one attempt.
             let tried = { (command: String) -> Int in
                 Sentinel.commandStat(group: group, port: replica, command, field: "calls")
                     + Sentinel.commandStat(group: group, port: replica, command, field: "rejected_calls")
             }
+            let refusals = { Sentinel.errorCount(group: group, port: replica, "READONLY") }
             try await waitFor("the worker tried to create the group on the replica three times", timeout: .seconds(30), interval: .milliseconds(100)) {
                 guard process.isRunning else { throw WaitTimeout(description: "herald worker exited:\n\(process.logTail())") }
+                guard RedisServer.isRedis7 else { return refusals() >= 3 }
                 let reads = tried("xreadgroup")
                 guard reads == 0 else {
                     throw WaitTimeout(description: "the worker read from a replica \(reads) times: it went on after READONLY")
@@ -406,8 +410,12 @@ extension IntegrationTests {
             }
             // Each refused XGROUP costs a reconnect (with backoff); before the fix the worker went
             // on to XREADGROUP, was refused, and asked again at once, thousands of times a second.
-            #expect(tried("xreadgroup") == 0, "the worker never reads from a replica")
-            #expect(tried("xgroup|create") <= 4, "one XGROUP per connection, backing off: \(tried("xgroup|create"))")
+            if RedisServer.isRedis7 {
+                #expect(tried("xreadgroup") == 0, "the worker never reads from a replica")
+                #expect(tried("xgroup|create") <= 4, "one XGROUP per connection, backing off: \(tried("xgroup|create"))")
+            } else {
+                #expect(refusals() <= 4, "one refused command per connection, backing off: \(refusals())")
+            }
             #expect(process.isRunning)
             #expect(process.logTail().contains("READONLY"), "the log says why: \(process.logTail())")
         }
@@ -534,6 +542,15 @@ extension IntegrationTests {
         }
 
         /// One field of `INFO commandstats`' line for `command` (0 when absent).
+        /// How many times the server on `port` answered an error starting with `prefix`
+        /// (`INFO errorstats`, Redis 6.2 and later).
+        static func errorCount(group: SentinelGroup, port: Int, _ prefix: String) -> Int {
+            guard case .bulk(let bytes)? = group.ask(port: port, ["INFO", "errorstats"]) else { return 0 }
+            guard let line = String(decoding: bytes, as: UTF8.self).split(whereSeparator: \.isNewline)
+                .first(where: { $0.hasPrefix("errorstat_\(prefix):count=") }) else { return 0 }
+            return Int(line.split(separator: "=").last ?? "") ?? 0
+        }
+
         static func commandStat(group: SentinelGroup, port: Int, _ command: String, field: String) -> Int {
             guard case .bulk(let bytes)? = group.ask(port: port, ["INFO", "commandstats"]) else { return 0 }
             guard let line = String(decoding: bytes, as: UTF8.self).split(whereSeparator: \.isNewline)

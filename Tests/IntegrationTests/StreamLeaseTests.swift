@@ -85,12 +85,19 @@ extension IntegrationTests {
                         && lease.mask == "-" && lease.consumer == "c" && lease.unfinished == 4, "\(lease)")
                 let (_, secondRead) = try await Self.leasedRead(bed, field: "a-2", count: 100, consumer: "c")
                 #expect(Self.ids(secondRead) == Array(ids[4...]))
-                #expect(try await Self.lease(bed, "a-2")?.count == 6, "the lease counts what the read returns (the group's lag)")
+                if RedisServer.isRedis7 {
+                    #expect(try await Self.lease(bed, "a-2")?.count == 6, "the lease counts what the read returns (the group's lag)")
+                } else {
+                    // Redis 6.2 reports no lag: the lease counts what was asked, bounded by the
+                    // stream's last id, until its first finish makes it exact (below).
+                    let bounded = try #require(try await Self.lease(bed, "a-2"))
+                    #expect(bounded.count == 100 && bounded.top == ids[9], "\(bounded)")
+                }
                 let (empty, emptyRead) = try await Self.leasedRead(bed, field: "a-3", count: 100, consumer: "c")
                 #expect(empty == .array([.bulk(Array(ids[9].utf8)), .integer(0)]) && emptyRead == .null)
                 #expect(try await bed.client.send(["HEXISTS", keys.leases, "a-3"]) == .integer(0))
                 #expect(try await bed.client.pendingListCount(keys.jobs, group: keys.group) == 0, "NOACK: nothing in the pending list")
-                #expect(try await bed.client.leasedCount(keys.jobs) == 10)
+                #expect(try await bed.client.leasedCount(keys.jobs) == (RedisServer.isRedis7 ? 10 : 104))
 
                 // Finishing positions 0 and 2 of a-1 (mask 5), then 1 and 3 (a).
                 let finish = ["EVAL", QueueScripts.leaseFinish, "1", keys.leases]

@@ -119,11 +119,7 @@ final class RedisClusterFixture: @unchecked Sendable {
     /// Runs `redis-cli` with `arguments`; its exit status and output.
     static func redisCLI(_ arguments: [String]) throws -> (status: Int32, text: String) {
         let process = TestProcess()
-        let candidates = ["/usr/bin/redis-cli", "/usr/local/bin/redis-cli"]
-        guard let cli = candidates.first(where: { access($0, X_OK) == 0 }) else {
-            throw RedisServerError("redis-cli is not installed: run `make deps` (apt-get install redis-tools)")
-        }
-        process.executableURL = URL(fileURLWithPath: cli)
+        process.executableURL = URL(fileURLWithPath: try RedisServer.redisTool("redis-cli", package: "redis-tools"))
         process.arguments = arguments
         let pipe = Pipe()
         process.standardOutput = pipe

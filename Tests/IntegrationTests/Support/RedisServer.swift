@@ -71,12 +71,54 @@ final class RedisServer: @unchecked Sendable {
 
     deinit { stop() }
 
-    static func executable() throws -> String {
+    static func executable() throws -> String { try redisTool("redis-server", package: "redis-server") }
+
+    /// The version of the `redis-server` the tests start, from `redis-server --version`
+    /// ("Redis server v=6.2.14 …"); (0, 0) when it cannot be read.
+    static let version: (major: Int, minor: Int) = {
+        guard let path = try? executable() else { return (0, 0) }
+        let process = TestProcess()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = ["--version"]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = FileHandle.nullDevice
+        process.standardInput = FileHandle.nullDevice
+        guard (try? process.run()) != nil else { return (0, 0) }
+        let text = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        guard let range = text.range(of: "v=") else { return (0, 0) }
+        let numbers = text[range.upperBound...].prefix { $0.isNumber || $0 == "." }.split(separator: ".").compactMap { Int($0) }
+        return numbers.count >= 2 ? (numbers[0], numbers[1]) : (0, 0)
+    }()
+
+    /// Redis 7.0 or later: `XINFO GROUPS` reports `lag` and `entries-read`, `XINFO STREAM`
+    /// `entries-added`, `INFO commandstats` counts refused commands (`rejected_calls`) and
+    /// subcommands, and ACL rules take `%W~` and `-command|subcommand`. On 6.2 Herald estimates
+    /// the lag and bounds a lease by the stream's last id instead (docs/operations.md).
+    static var isRedis7: Bool { version.major >= 7 }
+
+    /// `HERALD_TEST_REDIS_DIR`: a directory holding the `redis-server` and `redis-cli` the tests
+    /// run instead of the ones on PATH (say a Redis 6.2 build). Set, it must hold them: a test run
+    /// meant for another Redis never falls back to the installed one unnoticed. (PATH cannot do
+    /// this: `swift test` puts the toolchain's directory, /usr/bin on Debian, first.)
+    static let overrideDirectory: String? = ProcessInfo.processInfo.environment["HERALD_TEST_REDIS_DIR"].flatMap { $0.isEmpty ? nil : $0 }
+
+    /// The path of `name` (`redis-server`, `redis-cli`): from `HERALD_TEST_REDIS_DIR` when it is
+    /// set, else the first on PATH, /usr/bin or /usr/local/bin.
+    static func redisTool(_ name: String, package: String) throws -> String {
+        if let directory = overrideDirectory {
+            let path = "\(directory)/\(name)"
+            guard access(path, X_OK) == 0 else {
+                throw RedisServerError("HERALD_TEST_REDIS_DIR is \(directory), which holds no executable \(name)")
+            }
+            return path
+        }
         for directory in (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":") + ["/usr/bin", "/usr/local/bin"] {
-            let path = "\(directory)/redis-server"
+            let path = "\(directory)/\(name)"
             if access(path, X_OK) == 0 { return path }
         }
-        throw RedisServerError("redis-server is not installed: run `make deps` (apt-get install redis-server)")
+        throw RedisServerError("\(name) is not installed: run `make deps` (apt-get install \(package))")
     }
 
     /// (Re)starts the server on `port` with the same directory (and so the same append-only file).
