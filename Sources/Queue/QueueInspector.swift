@@ -77,15 +77,16 @@ public final class QueueInspector {
         let nextRetryAt = QueueInspector.firstScore(replies[6])
         let dead = Int(try RedisReplyReader.integer(replies[7], command: "XLEN \(keys.dead)"))
         let feedback = Int(try RedisReplyReader.integer(replies[8], command: "XLEN \(keys.feedback)"))
-        let group = try QueueInspector.group(keys: keys, depth: depth, now: now, groups: replies[1], pending: replies[2], consumers: replies[3],
-                                               leases: replies[19])
+        let group = try exactLag(of: QueueInspector.group(keys: keys, depth: depth, now: now, groups: replies[1], pending: replies[2],
+                                                          consumers: replies[3], leases: replies[19]), stream: keys.jobs)
         var stats = QueueStats(keys: keys, sampledAt: now, depth: depth, group: group, retrySize: retrySize, retryDue: retryDue,
                                nextRetryAt: nextRetryAt, deadLetters: dead, feedback: feedback)
         let urgentDepth = Int(try RedisReplyReader.integer(replies[9], command: "XLEN \(keys.urgentJobs)"))
         stats.urgent = QueueStats.UrgentLane(
             depth: urgentDepth,
-            group: try QueueInspector.group(keys: keys.urgentLane, depth: urgentDepth, now: now, groups: replies[10], pending: replies[11],
-                                            consumers: replies[12], leases: replies[20]))
+            group: try exactLag(of: QueueInspector.group(keys: keys.urgentLane, depth: urgentDepth, now: now, groups: replies[10],
+                                                         pending: replies[11], consumers: replies[12], leases: replies[20]),
+                                stream: keys.urgentJobs))
         let results = Int(try RedisReplyReader.integer(replies[13], command: "XLEN \(keys.results)"))
         stats.results = results > 0 ? results : nil
         stats.scheduledSize = Int(try RedisReplyReader.integer(replies[14], command: "ZCARD \(keys.scheduled)"))
@@ -94,6 +95,19 @@ public final class QueueInspector {
         stats.scheduledNextHour = Int(try RedisReplyReader.integer(replies[17], command: "ZCOUNT \(keys.scheduled)"))
         stats.nextScheduledAt = QueueInspector.firstScore(replies[18])
         return stats
+    }
+
+    /// `group` with its lag made exact where Redis reported none (6.2, or 7.0 after an entry was
+    /// deleted out of order) and the group was given every entry of `stream`: then it is 0
+    /// (`QueueLag.caughtUpCheck`). Otherwise the estimate stays.
+    private func exactLag(of group: QueueStats.Group?, stream: String) throws -> QueueStats.Group? {
+        guard var group, !group.lagIsExact, let lastDelivered = group.lastDeliveredID else { return group }
+        let check = QueueLag.caughtUpCheck(stream: stream, lastDelivered: lastDelivered).map { RedisArgument.text($0) }
+        if QueueLag.isCaughtUp(try redis.run(check)) {
+            group.lag = 0
+            group.lagIsExact = true
+        }
+        return group
     }
 
     /// The score of `ZRANGE key 0 0 WITHSCORES`' only member as ms, or nil for an empty set.

@@ -1,15 +1,32 @@
+import Transport
+
 /// Entries not yet delivered to any consumer of a Herald queue.
 ///
 /// Redis reports a group's `lag` (7.0+) only while it can count it: after an entry was deleted
 /// out of order, or on a stream trimmed past the group, XINFO GROUPS says `lag` is null. Herald
 /// trims only what every group finished (`StreamTrim`), so its jobs stream holds the pending and
 /// the undelivered entries plus finished ones not yet trimmed, and `depth - pending` is then an
-/// estimate that errs high, never low. `herald stats` and the
-/// worker's `herald_queue_lag` gauge both read it from here.
+/// estimate that errs high, never low. Redis 6.2 reports no lag at all. Either way, when
+/// `caughtUpCheck` (`XRANGE <jobs> (<last-delivered-id> + COUNT 1`) finds no entry, the group was
+/// given every entry there is: the lag is exactly 0, whatever finished entries still wait to be
+/// trimmed (the usual state of a queue that keeps up, which the estimate would count as lag).
+/// `herald stats` and the worker's `herald_consumer_lag` gauge both read it from here.
 public enum QueueLag {
     public static func of(reported: Int64?, depth: Int, pending: Int) -> (lag: Int, exact: Bool) {
         if let reported { return (Int(clamping: reported), true) }
         return (max(0, depth - pending), false)
+    }
+
+    /// The command that tells whether any entry of `stream` lies after the group's
+    /// `lastDelivered` id (one entry at most; Redis 6.2's exclusive range).
+    public static func caughtUpCheck(stream: String, lastDelivered: String) -> [String] {
+        ["XRANGE", stream, "(" + lastDelivered, "+", "COUNT", "1"]
+    }
+
+    /// Whether `caughtUpCheck`'s reply says the group was given every entry (an empty range).
+    public static func isCaughtUp(_ reply: RedisReply) -> Bool {
+        if case .array(let entries) = reply { return entries.isEmpty }
+        return false
     }
 }
 

@@ -272,6 +272,9 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         let keys = channels[index].keys
         var sample = QueueSample()
         var reportedLag: Int64?
+        // Sent when Redis reports no lag: its answer comes last, and completes the sample.
+        var caughtUpCheckSent = false
+        var feedbackAnswered = false
         writer.send(["XLEN", keys.jobs]) { result in sample.depth = Int(result.integerValue ?? 0) }
         writer.send(["XINFO", "GROUPS", keys.jobs]) { result in
             // Read as `herald stats` reads it (QueueInspector), minus what a gauge does not need.
@@ -279,6 +282,12 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
                   let info = groups.map(RedisReplyReader.map).first(where: { $0["name"]?.string == keys.group }) else { return }
             sample.pending = Int(info["pending"]?.integer ?? 0)
             reportedLag = info["lag"]?.integer
+            guard reportedLag == nil, let lastDelivered = info["last-delivered-id"]?.string else { return }
+            caughtUpCheckSent = true
+            writer.send(QueueLag.caughtUpCheck(stream: keys.jobs, lastDelivered: lastDelivered)) { result in
+                if case .success(let reply) = result, QueueLag.isCaughtUp(reply) { sample.lag = 0 }
+                completion(feedbackAnswered ? sample : nil)
+            }
         }
         writer.send(["HVALS", keys.leases]) { result in
             // Entries read under a lease and not finished are pending too (see `StreamLease`).
@@ -292,7 +301,8 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         writer.send(["XLEN", keys.dead]) { result in sample.deadLetters = Int(result.integerValue ?? 0) }
         writer.send(["XLEN", keys.feedback]) { result in
             sample.feedback = Int(result.integerValue ?? 0)
-            completion(result.isSuccess ? sample : nil)
+            feedbackAnswered = result.isSuccess
+            if !caughtUpCheckSent { completion(feedbackAnswered ? sample : nil) }
         }
     }
 
