@@ -100,7 +100,7 @@ public final class QueueInspector {
     /// `group` with its lag made exact where Redis reported none (6.2, or 7.0 after an entry was
     /// deleted out of order) and the group was given every entry of `stream`: then it is 0
     /// (`QueueLag.caughtUpCheck`). Otherwise, and when Redis refuses the check (a user without
-    /// `+xrange`), the estimate stays: stats never fails for want of this one answer.
+    /// `+xrange`), the estimate stays; a lost connection throws, as for the other round trips.
     private func exactLag(of group: QueueStats.Group?, stream: String) throws -> QueueStats.Group? {
         guard var group, !group.lagIsExact, let lastDelivered = group.lastDeliveredID else { return group }
         let check = QueueLag.caughtUpCheck(stream: stream, lastDelivered: lastDelivered).map { RedisArgument.text($0) }

@@ -119,8 +119,9 @@ extension IntegrationTests {
                     #expect(try await entriesRead(bed, keys.urgentJobs, group: keys.group) == 1)
                     #expect(try await entriesRead(bed, keys.jobs, group: keys.group) == 1)
                 } else {
-                    #expect(try await groupField(bed, keys.urgentJobs, group: keys.group, "last-delivered-id")?.string != "0-0")
-                    #expect(try await groupField(bed, keys.jobs, group: keys.group, "last-delivered-id")?.string != "0-0")
+                    let urgentLast = try #require(try await groupField(bed, keys.urgentJobs, group: keys.group, "last-delivered-id")?.string)
+                    let bulkLast = try #require(try await groupField(bed, keys.jobs, group: keys.group, "last-delivered-id")?.string)
+                    #expect(urgentLast != "0-0" && bulkLast != "0-0", "\(urgentLast) \(bulkLast)")
                 }
                 #expect(try await bed.client.integer("ZCARD", keys.retry) == 0)
             }

@@ -541,7 +541,6 @@ extension IntegrationTests {
             print("sentinel-liar | 150 announcements | connections to the master meanwhile \(during) | accepted \(ledger.acceptedUnique)")
         }
 
-        /// One field of `INFO commandstats`' line for `command` (0 when absent).
         /// How many times the server on `port` answered an error starting with `prefix`
         /// (`INFO errorstats`, Redis 6.2 and later).
         static func errorCount(group: SentinelGroup, port: Int, _ prefix: String) -> Int {
@@ -551,6 +550,7 @@ extension IntegrationTests {
             return Int(line.split(separator: "=").last ?? "") ?? 0
         }
 
+        /// One field of `INFO commandstats`' line for `command` (0 when absent).
         static func commandStat(group: SentinelGroup, port: Int, _ command: String, field: String) -> Int {
             guard case .bulk(let bytes)? = group.ask(port: port, ["INFO", "commandstats"]) else { return 0 }
             guard let line = String(decoding: bytes, as: UTF8.self).split(whereSeparator: \.isNewline)
