@@ -95,8 +95,10 @@ final class RedisServer: @unchecked Sendable {
     /// Redis 7.0 or later: `XINFO GROUPS` reports `lag` and `entries-read`, `XINFO STREAM`
     /// `entries-added`, `INFO commandstats` counts refused commands (`rejected_calls`) and
     /// subcommands, and ACL rules take `%W~` and `-command|subcommand`. On 6.2 Herald estimates
-    /// the lag and bounds a lease by the stream's last id instead (docs/operations.md).
-    static var isRedis7: Bool { version.major >= 7 }
+    /// the lag and bounds a lease by the stream's last id instead (docs/operations.md). A version
+    /// that cannot be read counts as 7.0: an older server then fails the 7.0 checks loudly instead
+    /// of a 7.0 server skipping them unnoticed.
+    static var isRedis7: Bool { version.major >= 7 || version.major == 0 }
 
     /// `HERALD_TEST_REDIS_DIR`: a directory holding the `redis-server` and `redis-cli` the tests
     /// run instead of the ones on PATH (say a Redis 6.2 build). Set, it must hold them: a test run
