@@ -10,6 +10,8 @@ public struct EmulatorStatistics: Sendable, Equatable {
     public var connections = 0
     public var goAwaysSent = 0
     public var latency: LatencyPercentiles? = nil
+    /// From the payloads' schedule stamps (steady mode): `latency` plus the producer's lateness.
+    public var latencyFromSchedule: LatencyPercentiles? = nil
 
     public init() {}
 
@@ -27,6 +29,9 @@ public struct EmulatorStatistics: Sendable, Equatable {
             stats.connections = int("connections")
             stats.goAwaysSent = int("goaways_sent")
             if let latency = scanner.rootMember("latency") { stats.latency = LatencyPercentiles(scanner: scanner, object: latency) }
+            if let latency = scanner.rootMember("latency_from_schedule") {
+                stats.latencyFromSchedule = LatencyPercentiles(scanner: scanner, object: latency)
+            }
             return stats
         }
         guard let parsed else { return nil }

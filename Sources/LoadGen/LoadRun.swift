@@ -265,6 +265,7 @@ public final class LoadRun {
             report.duplicated = emulator.duplicates
             report.rejectedByAPNs = emulator.rejectedTotal
             report.latency = emulator.latency
+            report.latencyFromSchedule = emulator.latencyFromSchedule
             report.deadTokens = try LoadRun.entriesAdded(redis, keys: allKeys.map(\.feedback)) - feedbackAddedBefore
             report.deadLettered = c.fanout == 1
                 ? try LoadRun.entriesAdded(redis, keys: allKeys.map(\.dead)) - deadAddedBefore
@@ -610,7 +611,12 @@ public final class LoadRun {
             }
             let factory = box.factory
             let enqueuer = Enqueuer(loop: thread.loop, connection: connection, keys: keys, count: jobs, ratePerSecond: rate) { index, micros in
-                factory.fields(job: index, scheduledMicros: backlog ? 0 : micros)
+                if backlog { return factory.fields(job: index, stampMicros: 0) }
+                // Unpaced, `micros` is the send time already. Paced, it is when the job was due:
+                // the payload carries both, the emulator measures from each (`latency` from the
+                // XADD, `latency_from_schedule` with the producer's own lateness in it).
+                guard rate != nil else { return factory.fields(job: index, stampMicros: micros) }
+                return factory.fields(job: index, stampMicros: Enqueuer.wallClockMicros(), scheduledMicros: micros)
             }
             enqueuer.lane = lane
             enqueuer.stopsLoopWhenFinished = false

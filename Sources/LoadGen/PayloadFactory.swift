@@ -2,8 +2,10 @@ import APNs
 import Queue
 
 /// Payloads of an exact size that carry their enqueue time: valid JSON such as
-/// `{"aps":{"alert":"Herald loadgen"},"t":1763830000000000,"pad":"xxxx"}`, where `t` is µs since
-/// the epoch (the emulator's `--measure-latency` reads it) and `pad` fills the rest.
+/// `{"aps":{"alert":"Herald loadgen"},"t":1763830000000000,"s":1763829999999000,"pad":"xxxx"}`,
+/// where `t` is when the job's XADD was sent and `s` (steady mode only) when it was due by the
+/// producer's schedule, both µs since the epoch (the emulator's `--measure-latency` reads them),
+/// and `pad` fills the rest.
 public enum PayloadFactory {
     /// The `aps` dictionary a push type needs to pass APNs' rules.
     static func aps(for type: PushType) -> String {
@@ -13,10 +15,11 @@ public enum PayloadFactory {
         }
     }
 
-    /// The payload for `type` stamped `stampMicros`, padded to exactly `bytes` bytes (at least
-    /// `minimumBytes(for:)`; a shorter request gets the minimum).
-    public static func payload(type: PushType, stampMicros: Int64, bytes: Int) -> [UInt8] {
-        var text = Array("{\"aps\":\(aps(for: type)),\"t\":\(stampMicros),\"pad\":\"".utf8)
+    /// The payload for `type` stamped `stampMicros` (and `scheduledMicros` when given), padded to
+    /// exactly `bytes` bytes (at least `minimumBytes(for:)`; a shorter request gets the minimum).
+    public static func payload(type: PushType, stampMicros: Int64, scheduledMicros: Int64? = nil, bytes: Int) -> [UInt8] {
+        let schedule = scheduledMicros.map { ",\"s\":\($0)" } ?? ""
+        var text = Array("{\"aps\":\(aps(for: type)),\"t\":\(stampMicros)\(schedule),\"pad\":\"".utf8)
         let padding = max(0, bytes - text.count - 2)
         text.reserveCapacity(text.count + padding + 2)
         text.append(contentsOf: repeatElement(UInt8(ascii: "x"), count: padding))
@@ -25,9 +28,9 @@ public enum PayloadFactory {
         return text
     }
 
-    /// The smallest payload for `type` (with a 16-digit stamp and an empty pad).
+    /// The smallest payload for `type` (with both 16-digit stamps and an empty pad), in either mode.
     public static func minimumBytes(for type: PushType) -> Int {
-        payload(type: type, stampMicros: 1_000_000_000_000_000, bytes: 0).count
+        payload(type: type, stampMicros: 1_000_000_000_000_000, scheduledMicros: 1_000_000_000_000_000, bytes: 0).count
     }
 
     static func isHexDigit(_ byte: UInt8) -> Bool {
@@ -80,8 +83,9 @@ public final class JobFactory {
         return result
     }
 
-    /// The fields of job `index`, stamped `scheduledMicros`.
-    public func fields(job index: Int, scheduledMicros: Int64) -> Enqueuer.Fields {
+    /// The fields of job `index`, stamped `stampMicros` (when its XADD is sent; 0: not measured) and,
+    /// in steady mode, `scheduledMicros` (when it was due).
+    public func fields(job index: Int, stampMicros: Int64, scheduledMicros: Int64? = nil) -> Enqueuer.Fields {
         let draw = JobFactory.draw(seed: configuration.seed, index: index, salt: 1)
         let root = index > 0 && draw < configuration.collapseRatio ? previousRoot : index
         previousRoot = root
@@ -100,7 +104,8 @@ public final class JobFactory {
             }
             fields.append((JobField.tokens, joined))
         }
-        fields.append((JobField.payload, PayloadFactory.payload(type: type, stampMicros: scheduledMicros, bytes: configuration.payloadBytes)))
+        fields.append((JobField.payload, PayloadFactory.payload(type: type, stampMicros: stampMicros, scheduledMicros: scheduledMicros,
+                                                                   bytes: configuration.payloadBytes)))
         if type != .alert { fields.append((JobField.pushType, Array(type.rawValue.utf8))) }
         if type == .background { fields.append((JobField.priority, Array("5".utf8))) }
         if configuration.collapseRatio > 0 { fields.append((JobField.collapseID, Array("c\(root)".utf8))) }

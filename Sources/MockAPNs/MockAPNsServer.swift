@@ -58,6 +58,8 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     private var delayedHead = 0
     private var delayTimerArmed = false
     private var latency: LatencyRecorder?
+    /// From the payloads' `"s"` stamps (a paced producer's schedule), when measuring.
+    private var latencyFromSchedule: LatencyRecorder?
 
     /// Per-connection bookkeeping the emulator keeps in `HTTP2ServerConnection.userState`.
     final class ConnectionState {
@@ -85,6 +87,8 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         var uuid: UUIDKey?
         /// The payload's enqueue stamp in µs since the epoch (0: none, or not measuring).
         var stampMicros: Int64 = 0
+        /// The payload's schedule stamp `"s"` (when a paced producer meant to enqueue it), or 0.
+        var scheduledMicros: Int64 = 0
         /// When set, the stream is reset with this HTTP/2 error code instead of answered.
         var resetErrorCode: UInt32? = nil
         /// A broadcast's channel as `bundle id/channel id` (nil: a device push).
@@ -104,6 +108,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         // ids a few per request, but a table sized up front stays the cheapest).
         acceptedIDs = IDCounter(expected: configuration.expectedNotifications)
         latency = configuration.measureLatency ? LatencyRecorder() : nil
+        latencyFromSchedule = configuration.measureLatency ? LatencyRecorder() : nil
         channels = ChannelStore(maxChannelsPerApp: configuration.maxChannelsPerApp)
         if let pem = configuration.jwtKeyPEM {
             guard let team = configuration.teamID, let key = configuration.keyID else {
@@ -173,6 +178,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     public var currentStatistics: MockAPNsStatistics {
         var current = statistics
         current.latency = latency?.percentiles
+        if let latencyFromSchedule, latencyFromSchedule.count > 0 { current.latencyFromSchedule = latencyFromSchedule.percentiles }
         current.connectionsOpen = connections.count
         current.channels = channels.count
         current.broadcastsByChannel = channels.broadcastCounts()
@@ -437,7 +443,9 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
                 statistics.acceptedWithoutID += 1
             }
             if answer.stampMicros > 0 {
-                latency?.record(stampMicros: answer.stampMicros, nowMicros: LatencyRecorder.nowMicros())
+                let now = LatencyRecorder.nowMicros()
+                latency?.record(stampMicros: answer.stampMicros, nowMicros: now)
+                if answer.scheduledMicros > 0 { latencyFromSchedule?.record(stampMicros: answer.scheduledMicros, nowMicros: now) }
             }
             connection.respond(streamID: streamID, status: 200, apnsID: answer.apnsID, uniqueID: uniqueID, body: [])
             return
@@ -570,7 +578,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
                 }
             }
         }
-        if latency != nil { answer.stampMicros = MockAPNsServer.enqueueStamp(request.body) }
+        if latency != nil { (answer.stampMicros, answer.scheduledMicros) = MockAPNsServer.stamps(request.body) }
         return answer
     }
 
@@ -608,12 +616,16 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         return nil
     }
 
-    /// The payload's top-level `"t"` as µs since the epoch, or 0.
-    static func enqueueStamp(_ body: [UInt8]) -> Int64 {
+    /// The payload's top-level `"t"` (enqueued) and `"s"` (scheduled) as µs since the epoch, each 0
+    /// when missing or not a stamp; `"s"` is read only beside a `"t"`.
+    static func stamps(_ body: [UInt8]) -> (enqueued: Int64, scheduled: Int64) {
         body.withUnsafeBufferPointer { bytes in
             let scanner = JSONScanner(bytes)
-            guard let value = scanner.rootMember("t"), let stamp = scanner.int64(value) else { return 0 }
-            return LatencyRecorder.stampMicros(stamp) ?? 0
+            guard let value = scanner.rootMember("t"), let stamp = scanner.int64(value).flatMap(LatencyRecorder.stampMicros) else {
+                return (0, 0)
+            }
+            let scheduled = scanner.rootMember("s").flatMap(scanner.int64).flatMap(LatencyRecorder.stampMicros) ?? 0
+            return (stamp, scheduled)
         }
     }
 

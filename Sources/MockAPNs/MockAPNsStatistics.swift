@@ -49,6 +49,9 @@ public struct MockAPNsStatistics: Sendable, Equatable {
     public var broadcastsByChannel: [String: Int] = [:]
     /// End-to-end latency of accepted notifications, when `MockAPNsConfiguration.measureLatency` is on.
     public var latency: LatencyPercentiles? = nil
+    /// The same from the payloads' `"s"` stamps (when a paced producer meant to enqueue each),
+    /// when any carried one.
+    public var latencyFromSchedule: LatencyPercentiles? = nil
 
     public var rejectedTotal: Int { rejected.values.reduce(0, +) }
 
@@ -68,7 +71,8 @@ public struct MockAPNsStatistics: Sendable, Equatable {
             + ",\"broadcasts_accepted\":\(broadcastsAccepted),\"broadcast_duplicates\":\(broadcastDuplicates),\"channels\":\(channels)"
             + ",\"channel_requests\":\(channelRequests),\"channels_created\":\(channelsCreated),\"channels_deleted\":\(channelsDeleted)"
             + ",\"broadcasts_by_channel\":{" + byChannel + "}"
-            + (latency.map { ",\"latency\":" + $0.json() } ?? "") + "}"
+            + (latency.map { ",\"latency\":" + $0.json() } ?? "")
+            + (latencyFromSchedule.map { ",\"latency_from_schedule\":" + $0.json() } ?? "") + "}"
     }
 
     /// `text` escaped for a JSON string.

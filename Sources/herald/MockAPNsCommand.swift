@@ -60,7 +60,7 @@ struct MockAPNsCommand: ParsableCommand {
     @Option(name: .customLong("stats-out"), help: "Write the counts as JSON here on exit (default: only printed).") var statsOut: String?
     @Option(name: .customLong("stats-port"), help: "Also serve GET /_herald/stats over plain HTTP/1.1 on this port of --host (0 picks one; prints `stats on HOST:PORT`; default: not served).") var statsPort: Int?
     @Option(name: .customLong("expect-notifications"), help: "Make room for this many apns-ids up front, so counting them never pauses a benchmark.") var expectNotifications = 0
-    @Flag(name: .customLong("measure-latency"), help: "Record enqueue-to-answer latency of accepted requests from the payload's top-level \"t\" (ms or µs since the epoch); percentiles go into the stats.") var measureLatency = false
+    @Flag(name: .customLong("measure-latency"), help: "Record enqueue-to-answer latency of accepted requests from the payload's top-level \"t\" (ms or µs since the epoch), and from \"s\" (a paced producer's schedule) when present; percentiles go into the stats.") var measureLatency = false
     @OptionGroup var log: LogOptions
 
     func run() throws {

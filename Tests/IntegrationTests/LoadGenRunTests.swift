@@ -86,6 +86,8 @@ extension IntegrationTests {
 
             let latency = try #require(report["latency"] as? [String: Any], "no latency in \(report)")
             #expect(int(latency, "count") == 5000)
+            // A drain sends each job as soon as it is made: there is no schedule to measure from.
+            #expect(report["latency_from_schedule"] is NSNull, "\(report)")
             let percentiles = ["p50_ms", "p90_ms", "p99_ms", "p99_9_ms", "max_ms"].compactMap { double(latency, $0) }
             #expect(percentiles.count == 5)
             #expect(zip(percentiles, percentiles.dropFirst()).allSatisfy { $0 <= $1 }, "percentiles not monotonic: \(percentiles)")
@@ -197,6 +199,18 @@ extension IntegrationTests {
             #expect(int(outcomes, "accepted") == 3000, "\(output)")
             #expect(int(outcomes, "lost") == 0)
             #expect(double(report, "producer_max_behind_ms") != nil)
+            // Both latencies, over the same answers; no job can be answered before it was due,
+            // and it is sent when due or later, so each percentile from the schedule is at least
+            // the one from the XADD.
+            let latency = try #require(report["latency"] as? [String: Any], "\(output)")
+            let fromSchedule = try #require(report["latency_from_schedule"] as? [String: Any], "\(output)")
+            #expect(int(latency, "count") == 3000)
+            #expect(int(fromSchedule, "count") == 3000)
+            for key in ["p50_ms", "p90_ms", "p99_ms", "p99_9_ms", "max_ms"] {
+                let sent = try #require(double(latency, key)), due = try #require(double(fromSchedule, key))
+                #expect(due >= sent, "\(key): \(due) ms from the schedule, \(sent) ms from the XADD")
+            }
+            #expect(output.contains("latency from the schedule"), "\(output)")
             let svg = try String(contentsOfFile: plot, encoding: .utf8)
             #expect(svg.hasPrefix("<?xml"))
             #expect(svg.contains("<svg") && svg.hasSuffix("</svg>\n"))

@@ -27,6 +27,43 @@ import Testing
         }
     }
 
+    @Test(arguments: [PushType.alert, .background])
+    func steadyModePayloadsCarryTheScheduleBesideTheEnqueueStamp(type: PushType) throws {
+        let sent: Int64 = 1_763_830_000_123_456
+        let due: Int64 = 1_763_830_000_120_000
+        for size in [PayloadFactory.minimumBytes(for: type), 256] {
+            let payload = PayloadFactory.payload(type: type, stampMicros: sent, scheduledMicros: due, bytes: size)
+            #expect(payload.count == size)
+            try payload.withUnsafeBufferPointer { bytes in
+                let scanner = JSONScanner(bytes)
+                _ = try scanner.validate()
+                #expect(scanner.rootMember("t").flatMap(scanner.int64) == sent)
+                #expect(scanner.rootMember("s").flatMap(scanner.int64) == due)
+            }
+            // What the emulator reads from it.
+            let stamps = MockAPNsServer.stamps(payload)
+            #expect(stamps.enqueued == sent && stamps.scheduled == due)
+        }
+        // A drain's payload has no schedule; the minimum size fits both stamps, so every size a
+        // run accepts works in either mode.
+        let drain = PayloadFactory.payload(type: type, stampMicros: sent, bytes: PayloadFactory.minimumBytes(for: type))
+        #expect(drain.count == PayloadFactory.minimumBytes(for: type))
+        #expect(MockAPNsServer.stamps(drain) == (sent, 0))
+    }
+
+    @Test func theEmulatorReadsStampsOnlyWhereTheyAreStamps() {
+        func stamps(_ json: String) -> (Int64, Int64) { MockAPNsServer.stamps(Array(json.utf8)) }
+        #expect(stamps(#"{"aps":{},"t":1763830000123,"s":1763830000000}"#) == (1_763_830_000_123_000, 1_763_830_000_000_000))
+        // No "t": the schedule alone is not measured (nothing to compare it with).
+        #expect(stamps(#"{"aps":{},"s":1763830000000}"#) == (0, 0))
+        // Not numbers, negative, nested, or garbage: no stamp, no crash.
+        #expect(stamps(#"{"aps":{},"t":"1763830000123","s":-5}"#) == (0, 0))
+        #expect(stamps(#"{"aps":{},"t":1763830000123,"s":"soon"}"#) == (1_763_830_000_123_000, 0))
+        #expect(stamps(#"{"aps":{"t":1763830000123}}"#) == (0, 0))
+        #expect(stamps("\u{0}\u{ff}{{") == (0, 0))
+        #expect(stamps("") == (0, 0))
+    }
+
     @Test func aTooSmallSizeIsRefusedBeforeAnythingStarts() {
         var configuration = LoadGenConfiguration()
         configuration.payloadBytes = PayloadFactory.minimumBytes(for: .alert) - 1
@@ -69,6 +106,15 @@ import Testing
         #expect(report.isMonotonic)
         // The JSON carries µs exactly, so the summary comes back unchanged (curve levels included).
         #expect(report == summary)
+        #expect(parsed.latencyFromSchedule == nil)
+
+        // A steady run's second summary travels beside the first, each under its own key.
+        var fromSchedule = LatencyRecorder()
+        for micros in 2_000...3_000 { fromSchedule.record(stampMicros: 0, nowMicros: Int64(micros)) }
+        statistics.latencyFromSchedule = fromSchedule.percentiles
+        let both = try #require(EmulatorStatistics(json: Array(statistics.json().utf8)))
+        #expect(both.latency == summary)
+        #expect(both.latencyFromSchedule == fromSchedule.percentiles)
     }
 
     @Test func answersBeforeTheirStampAreNotRecorded() {
@@ -118,7 +164,7 @@ import Testing
         var collapsed = 0
         var background = 0
         for index in 0..<configuration.jobs {
-            let fields = factory.fields(job: index, scheduledMicros: 1_763_830_000_000_000)
+            let fields = factory.fields(job: index, stampMicros: 1_763_830_000_000_000)
             func value(_ name: String) -> String? { fields.first { $0.name == name }.map { String(decoding: $0.value, as: UTF8.self) } }
             #expect(value(JobField.tokens)?.split(separator: ",").count == 4)
             #expect(value(JobField.payload)?.utf8.count == 256)
