@@ -1365,7 +1365,10 @@ final class QueueChannel {
     var pendingMoves: [PendingMove] = []
     var moveSerial: UInt64 = 0
     /// Lease writes Redis has not confirmed yet (`QueueWorker.leaseWrite`): empty but after a
-    /// failover.
+    /// failover. Not capped, and bounded all the same: each write is made from a reply of a
+    /// lease script that ran (a lease found gone, or taken over by a newer read), and names only
+    /// entries this worker read. While Redis refuses these writes it refuses the lease scripts
+    /// too (the same keys, rights and memory), so reads pause and no new writes are made.
     var pendingLeaseWrites: [PendingLeaseWrite] = []
 
     func setLeaseWrite(_ serial: UInt64, sending: Bool) {
