@@ -93,8 +93,9 @@ public final class LoadRun {
         guard let emulatorBaseline = emulatorStatistics(apns.stats) else {
             throw LoadGenError("no stats from the emulator at http://\(apns.stats.host):\(apns.stats.port)/_herald/stats")
         }
-        if c.apnsHost != nil, (emulatorBaseline.latency?.count ?? 0) > 0 {
-            log?("  note: the attached emulator already measured \(emulatorBaseline.latency!.count) latencies; its percentiles include them")
+        if c.apnsHost != nil, (emulatorBaseline.latency?.count ?? 0) > 0 || (emulatorBaseline.latencyFromSchedule?.count ?? 0) > 0 {
+            log?("  note: the attached emulator already measured \(emulatorBaseline.latency?.count ?? 0) latencies "
+                 + "(\(emulatorBaseline.latencyFromSchedule?.count ?? 0) from a schedule); its percentiles include them")
         }
 
         // The producer's loop thread (after stopOnSignals, so it inherits the blocked signals).
@@ -265,7 +266,8 @@ public final class LoadRun {
             report.duplicated = emulator.duplicates
             report.rejectedByAPNs = emulator.rejectedTotal
             report.latency = emulator.latency
-            report.latencyFromSchedule = emulator.latencyFromSchedule
+            // A drain has no schedule: what an attached emulator holds is an earlier run's.
+            report.latencyFromSchedule = c.isSteady ? emulator.latencyFromSchedule : nil
             report.deadTokens = try LoadRun.entriesAdded(redis, keys: allKeys.map(\.feedback)) - feedbackAddedBefore
             report.deadLettered = c.fanout == 1
                 ? try LoadRun.entriesAdded(redis, keys: allKeys.map(\.dead)) - deadAddedBefore
@@ -292,7 +294,7 @@ public final class LoadRun {
         progress?("")
 
         conditions.mode = c.isSteady
-            ? "steady, \(PercentText.trimmed(c.rate!, digits: 1)) jobs/s paced by a 1 ms timer (latency counted from each job's scheduled time)"
+            ? "steady, \(PercentText.trimmed(c.rate!, digits: 1)) jobs/s paced by a 1 ms timer (latency from each job's XADD, and from its scheduled time)"
             : c.attachWorkers ? "drain, attached workers (clock from the first XADD)" : "drain (all jobs enqueued first; clock from the workers' start)"
         conditions.shortMode = c.isSteady ? "steady at \(PercentText.trimmed(c.rate!, digits: 1)) jobs/s" : c.attachWorkers ? "drain, attached workers" : "drain"
         conditions.workers = c.attachWorkers
@@ -614,7 +616,9 @@ public final class LoadRun {
                 if backlog { return factory.fields(job: index, stampMicros: 0) }
                 // Unpaced, `micros` is the send time already. Paced, it is when the job was due:
                 // the payload carries both, the emulator measures from each (`latency` from the
-                // XADD, `latency_from_schedule` with the producer's own lateness in it).
+                // XADD, `latency_from_schedule` with the producer's own lateness in it). The send
+                // time is when the XADD is queued; the connection writes the tick's XADDs together
+                // right after, so a tick that builds many jobs puts a few µs of them in `latency`.
                 guard rate != nil else { return factory.fields(job: index, stampMicros: micros) }
                 return factory.fields(job: index, stampMicros: Enqueuer.wallClockMicros(), scheduledMicros: micros)
             }

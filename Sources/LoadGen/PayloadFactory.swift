@@ -3,7 +3,7 @@ import Queue
 
 /// Payloads of an exact size that carry their enqueue time: valid JSON such as
 /// `{"aps":{"alert":"Herald loadgen"},"t":1763830000000000,"s":1763829999999000,"pad":"xxxx"}`,
-/// where `t` is when the job's XADD was sent and `s` (steady mode only) when it was due by the
+/// where `t` is when the job's XADD was queued and `s` (steady mode only) when it was due by the
 /// producer's schedule, both µs since the epoch (the emulator's `--measure-latency` reads them),
 /// and `pad` fills the rest.
 public enum PayloadFactory {
@@ -83,7 +83,7 @@ public final class JobFactory {
         return result
     }
 
-    /// The fields of job `index`, stamped `stampMicros` (when its XADD is sent; 0: not measured) and,
+    /// The fields of job `index`, stamped `stampMicros` (when its XADD is queued; 0: not measured) and,
     /// in steady mode, `scheduledMicros` (when it was due).
     public func fields(job index: Int, stampMicros: Int64, scheduledMicros: Int64? = nil) -> Enqueuer.Fields {
         let draw = JobFactory.draw(seed: configuration.seed, index: index, salt: 1)

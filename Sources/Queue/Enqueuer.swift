@@ -7,9 +7,9 @@ import Transport
 /// As fast as Redis answers (a window of `window` unanswered XADDs), or paced at `ratePerSecond`
 /// by a 1 ms timer. Each job's fields come from `job(index, scheduledMicros)`, where
 /// `scheduledMicros` is when the job was due (paced) or is being sent (unpaced), in µs since the
-/// epoch: the load generator stamps it into the payload, so a producer that falls behind its
-/// schedule shows up in the measured latency instead of hiding it. Loop-confined; the loop stops
-/// when every job was added or Redis refused one.
+/// epoch: paced, the load generator stamps it into the payload as `"s"` beside the send time
+/// `"t"`, so a producer that falls behind its schedule shows up in the latency from the schedule
+/// instead of hiding. Loop-confined; the loop stops when every job was added or Redis refused one.
 public final class Enqueuer: RedisConnectionDelegate {
     public typealias Fields = [(name: String, value: [UInt8])]
 

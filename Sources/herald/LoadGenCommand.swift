@@ -14,7 +14,7 @@ struct LoadGenCommand: ParsableCommand {
             worker processes (or --attach-workers), enqueues the load, waits until every notification has \
             an outcome, stops what it started and reports. Drain mode (default) enqueues everything first \
             and starts the clock as the workers start; --rate paces the jobs instead (steady mode). \
-            Latency runs from each job's enqueue time (when its XADD is sent, stamped into the payload as \
+            Latency runs from each job's enqueue time (when its XADD is queued, stamped into the payload as \
             "t") to the emulator's answer, recorded in an HdrHistogram; in steady mode a second latency \
             runs from when each job was due by the schedule ("s"), so the producer's own lateness shows \
             there. Progress shows on a terminal; in a pipe only the report. \

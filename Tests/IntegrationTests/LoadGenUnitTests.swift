@@ -59,6 +59,15 @@ import Testing
         // Not numbers, negative, nested, or garbage: no stamp, no crash.
         #expect(stamps(#"{"aps":{},"t":"1763830000123","s":-5}"#) == (0, 0))
         #expect(stamps(#"{"aps":{},"t":1763830000123,"s":"soon"}"#) == (1_763_830_000_123_000, 0))
+        #expect(stamps(#"{"aps":{},"t":1763830000123,"s":-5}"#) == (1_763_830_000_123_000, 0))
+        #expect(stamps(#"{"aps":{},"t":1763830000123,"s":0}"#) == (1_763_830_000_123_000, 0))
+        // Beyond Int64: not a stamp. The largest Int64 is one (µs), far in the future: the
+        // recorder counts it as such instead of recording it.
+        #expect(stamps(#"{"aps":{},"t":17638300001234567890123}"#) == (0, 0))
+        #expect(stamps(#"{"aps":{},"t":1763830000123,"s":9223372036854775807}"#) == (1_763_830_000_123_000, 9_223_372_036_854_775_807))
+        var recorder = LatencyRecorder()
+        recorder.record(stampMicros: 9_223_372_036_854_775_807, nowMicros: 1_763_830_000_123_000)
+        #expect(recorder.count == 0 && recorder.percentiles.stampsInTheFuture == 1)
         #expect(stamps(#"{"aps":{"t":1763830000123}}"#) == (0, 0))
         #expect(stamps("\u{0}\u{ff}{{") == (0, 0))
         #expect(stamps("") == (0, 0))
