@@ -33,6 +33,26 @@ extension JSONScanner {
         return member(name, inObjectAt: start)
     }
 
+    /// The values of the last members called `first` and `second` in the top-level object, read in
+    /// one pass: each `nil` as `rootMember` would answer it (`second` is never found if it is `first`).
+    public func rootMembers(_ first: StaticString, _ second: StaticString) -> (Value?, Value?) {
+        let start = skipWhitespace(from: 0)
+        guard start < bytes.count, bytes[start] == UInt8(ascii: "{") else { return (nil, nil) }
+        var found: (Value?, Value?) = (nil, nil)
+        do {
+            _ = try scanObject(at: start, depth: 1) { memberName, value in
+                if textEquals(memberName, first) {
+                    found.0 = value
+                } else if textEquals(memberName, second) {
+                    found.1 = value
+                }
+            }
+        } catch {
+            return (nil, nil)
+        }
+        return found
+    }
+
     /// The value of the last member called `name` in the top-level `aps` object, or `nil` if
     /// there is none or `aps` is absent or not an object.
     public func apsMember(_ name: StaticString) -> Value? {

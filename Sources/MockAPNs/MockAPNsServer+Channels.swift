@@ -74,7 +74,7 @@ extension MockAPNsServer {
         guard !bundleID.isEmpty, !bundleID.contains("/"), bundleID.utf8.count <= Notification.maxBundleIDBytes else {
             return reject(404, "BadPath")
         }
-        if request.hasDuplicateHeader(where: { $0.hasPrefix("apns-") || $0 == "authorization" }) {
+        if request.hasDuplicateHeader(prefix: "apns-", orName: "authorization") {
             return reject(400, "DuplicateHeaders")
         }
         if headerAPNsID.value != nil, uuid == nil { return reject(400, "BadMessageId") }
@@ -213,7 +213,7 @@ extension MockAPNsServer {
               resource == "channels" || resource == "all-channels" else { return reject(404, "BadPath") }
         let allowed = resource == "channels" ? ["POST", "GET", "DELETE"] : ["GET"]
         guard allowed.contains(request.method) else { return reject(405, "MethodNotAllowed") }
-        if request.hasDuplicateHeader(where: { $0.hasPrefix("apns-") || $0 == "authorization" }) {
+        if request.hasDuplicateHeader(prefix: "apns-", orName: "authorization") {
             return reject(400, "DuplicateHeaders")
         }
         let now = configuration.time.nowMilliseconds()

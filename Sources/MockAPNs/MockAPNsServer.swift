@@ -63,7 +63,8 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
 
     /// Per-connection bookkeeping the emulator keeps in `HTTP2ServerConnection.userState`.
     final class ConnectionState {
-        var token: String? = nil
+        /// The provider token (after `bearer `) in use on this connection, as sent.
+        var token: [UInt8]? = nil
         var tokenIssuedAt: Int64 = 0
         var tokenFirstUsedAt: Int64 = 0
         var streamsRaised = false
@@ -499,7 +500,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         guard request.path.hasPrefix(prefix) else { return reject(404, "BadPath") }
         let token = String(request.path.dropFirst(prefix.count))
         if token.isEmpty { return reject(400, "MissingDeviceToken") }
-        if request.hasDuplicateHeader(where: { $0.hasPrefix("apns-") || $0 == "authorization" }) {
+        if request.hasDuplicateHeader(prefix: "apns-", orName: "authorization") {
             return reject(400, "DuplicateHeaders")
         }
         if headerAPNsID.value != nil, uuid == nil { return reject(400, "BadMessageId") }
@@ -586,7 +587,8 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     /// changed on the connection within 20 minutes): nil when it passes, else APNs' status and
     /// reason. Shared by device pushes, broadcasts and the channel management API.
     func providerTokenRejection(_ request: HTTP2ServerRequest, state: ConnectionState, now: Int64) -> (Int, String)? {
-        guard let authorization = request.header("authorization").value, authorization.hasPrefix("bearer ") else {
+        // Compared as bytes with the connection's current token: no String per request.
+        guard let authorization = request.headerBytes("authorization"), authorization.starts(with: "bearer ".utf8) else {
             return (403, "MissingProviderToken")
         }
         if faults.rejectTokens {
@@ -594,22 +596,25 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
             return (403, "InvalidProviderToken")
         }
         let jwt = authorization.dropFirst(7)
+        let isCurrent = state.token.map { current in
+            current.count == jwt.count && (jwt.isEmpty || current.withUnsafeBytes { a in jwt.withUnsafeBytes { b in memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0 } })
+        } ?? false
         let issuedAt: Int64
-        if let known = state.token, known == jwt {
+        if isCurrent {
             // The connection's current token: verified when it first arrived.
             issuedAt = state.tokenIssuedAt
         } else {
-            switch verify(String(jwt)) {
+            switch verify(String(decoding: jwt, as: UTF8.self)) {
             case .success(let token): issuedAt = token.iat
             case .failure: return (403, "InvalidProviderToken")
             }
         }
         if now / 1000 - issuedAt > 3600 { return (403, "ExpiredProviderToken") }
-        if state.token.map({ $0 != jwt }) ?? true {
+        if !isCurrent {
             if state.token != nil, now - state.tokenFirstUsedAt < 20 * 60_000 {
                 return (429, "TooManyProviderTokenUpdates")
             }
-            state.token = String(jwt)
+            state.token = Array(jwt)
             state.tokenIssuedAt = issuedAt
             state.tokenFirstUsedAt = now
         }
@@ -621,10 +626,11 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     static func stamps(_ body: [UInt8]) -> (enqueued: Int64, scheduled: Int64) {
         body.withUnsafeBufferPointer { bytes in
             let scanner = JSONScanner(bytes)
-            guard let value = scanner.rootMember("t"), let stamp = scanner.int64(value).flatMap(LatencyRecorder.stampMicros) else {
+            let (t, s) = scanner.rootMembers("t", "s")
+            guard let t, let stamp = scanner.int64(t).flatMap(LatencyRecorder.stampMicros) else {
                 return (0, 0)
             }
-            let scheduled = scanner.rootMember("s").flatMap(scanner.int64).flatMap(LatencyRecorder.stampMicros) ?? 0
+            let scheduled = s.flatMap(scanner.int64).flatMap(LatencyRecorder.stampMicros) ?? 0
             return (stamp, scheduled)
         }
     }

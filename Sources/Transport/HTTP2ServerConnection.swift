@@ -10,10 +10,18 @@ public struct HTTP2ServerRequest {
     public internal(set) var path = ""
     public internal(set) var authority = ""
     /// Regular (non-pseudo) header fields in arrival order, names lowercase as HTTP/2 requires.
-    public internal(set) var headers: [(name: String, value: String)] = []
+    /// Made on demand: a request keeps its fields as bytes (`fieldBytes`, `fields`), so receiving
+    /// one costs no String per field and no String is freed when its slot is reused.
+    public var headers: [(name: String, value: String)] {
+        fields.map { (text($0.name), text($0.value)) }
+    }
     public internal(set) var body: [UInt8] = []
     /// True when the peer sent more body than the server keeps (`maxBodyBytes`).
     public internal(set) var bodyTruncated = false
+
+    /// The regular fields' names and values, back to back, and where each lies in them.
+    var fieldBytes: [UInt8] = []
+    var fields: [(name: Range<Int>, value: Range<Int>)] = []
 
     init(streamID: Int32) { self.streamID = streamID }
 
@@ -23,27 +31,65 @@ public struct HTTP2ServerRequest {
         method = ""
         path = ""
         authority = ""
-        headers.removeAll(keepingCapacity: true)
+        fieldBytes.removeAll(keepingCapacity: true)
+        fields.removeAll(keepingCapacity: true)
         body.removeAll(keepingCapacity: true)
         bodyTruncated = false
+    }
+
+    mutating func appendField(name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) {
+        let nameStart = fieldBytes.count
+        fieldBytes.append(contentsOf: name)
+        let valueStart = fieldBytes.count
+        fieldBytes.append(contentsOf: value)
+        fields.append((nameStart..<valueStart, valueStart..<fieldBytes.count))
+    }
+
+    /// Field text as the emulator reads it: invalid UTF-8 repaired, as when it was a String.
+    private func text(_ range: Range<Int>) -> String {
+        fieldBytes.withUnsafeBufferPointer { String(decoding: UnsafeBufferPointer(rebasing: $0[range]), as: UTF8.self) }
+    }
+
+    private func nameEquals(_ range: Range<Int>, _ name: String) -> Bool {
+        var name = name
+        return name.withUTF8 { expected in
+            guard expected.count == range.count else { return false }
+            guard !range.isEmpty else { return true }
+            return fieldBytes.withUnsafeBufferPointer {
+                memcmp($0.baseAddress! + range.lowerBound, expected.baseAddress!, range.count) == 0
+            }
+        }
+    }
+
+    /// The bytes of the first value of header `name` (nil when absent), without making a String.
+    public func headerBytes(_ name: String) -> ArraySlice<UInt8>? {
+        for field in fields where nameEquals(field.name, name) { return fieldBytes[field.value] }
+        return nil
     }
 
     /// The first value of header `name`, and how many times it appeared.
     public func header(_ name: String) -> (value: String?, count: Int) {
         var first: String? = nil
         var count = 0
-        for field in headers where field.name == name {
-            if first == nil { first = field.value }
+        for field in fields where nameEquals(field.name, name) {
+            if first == nil { first = text(field.value) }
             count += 1
         }
         return (first, count)
     }
 
-    /// True when a header name appears more than once among those `isChecked` selects.
-    public func hasDuplicateHeader(where isChecked: (String) -> Bool) -> Bool {
+    /// True when a header whose name starts with `prefix`, or is `name`, appears more than once.
+    public func hasDuplicateHeader(prefix: String, orName name: String) -> Bool {
         // A handful of fields: comparing pairs beats building a set.
-        for i in headers.indices where isChecked(headers[i].name) {
-            for j in headers.indices where j > i && headers[j].name == headers[i].name { return true }
+        func isChecked(_ range: Range<Int>) -> Bool {
+            nameEquals(range, name) || (range.count >= prefix.utf8.count
+                && nameEquals(range.lowerBound..<(range.lowerBound + prefix.utf8.count), prefix))
+        }
+        for i in fields.indices where isChecked(fields[i].name) {
+            let nameI = fields[i].name
+            for j in fields.indices where j > i && fields[j].name.count == nameI.count {
+                if fieldBytes[fields[j].name].elementsEqual(fieldBytes[nameI]) { return true }
+            }
         }
         return false
     }
@@ -89,7 +135,11 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
     /// data is its slot index + 1), so a request costs no dictionary and keeps its buffers.
     private var slots: [HTTP2ServerRequest] = []
     private var freeSlots: [Int] = []
+    /// The stream whose header block arrived last (0: none) and its slot (see `headerSlot`).
+    private var headerBlockStream: Int32 = 0
+    private var headerBlockSlot = 0
     private var ready: [Int32] = []
+    private var readyBatch: [Int32] = []
     private var responses: [Int32: [UInt8]] = [:]
     private var responseOffsets: [Int32: Int] = [:]
     private let responseScratch = UnsafeMutablePointer<UInt8>.allocate(capacity: 256)
@@ -288,9 +338,10 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
 
     override func sessionProcessedInput() {
         guard !ready.isEmpty else { return }
-        let batch = ready
-        ready.removeAll(keepingCapacity: true)
-        for streamID in batch {
+        // The batch is taken by swapping buffers: no array is copied or allocated per read.
+        swap(&ready, &readyBatch)
+        defer { readyBatch.removeAll(keepingCapacity: true) }
+        for streamID in readyBatch {
             guard let index = slotIndex(streamID) else { continue }
             if streamID > goAwayLastStreamID {
                 streamsRefusedAfterGoAway += 1
@@ -305,6 +356,7 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
     }
 
     override func didClose(_ error: ConnectionError?) {
+        headerBlockStream = 0
         slots.removeAll()
         freeSlots.removeAll()
         responses.removeAll()
@@ -330,26 +382,40 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
             slots.append(HTTP2ServerRequest(streamID: streamID))
         }
         nghttp2_session_set_stream_user_data(session, streamID, UnsafeMutableRawPointer(bitPattern: index + 1))
+        headerBlockStream = streamID
+        headerBlockSlot = index
         streamsReceived += 1
     }
 
     fileprivate func header(streamID: Int32, name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) {
-        guard let index = slotIndex(streamID) else { return }
-        let valueText = String(decoding: value, as: UTF8.self)
+        guard let index = headerSlot(streamID) else { return }
         if name.first == 0x3A {  // ":" pseudo-header
             switch name.count {
-            case 7 where name[1] == 0x6D: slots[index].method = valueText      // :method
-            case 5 where name[1] == 0x70: slots[index].path = valueText        // :path
-            case 10 where name[1] == 0x61: slots[index].authority = valueText  // :authority
-            default: break                                                      // :scheme
+            case 7 where name[1] == 0x6D: slots[index].method = String(decoding: value, as: UTF8.self)      // :method
+            case 5 where name[1] == 0x70: slots[index].path = String(decoding: value, as: UTF8.self)        // :path
+            case 10 where name[1] == 0x61: slots[index].authority = String(decoding: value, as: UTF8.self)  // :authority
+            default: break                                                                                  // :scheme
             }
             return
         }
-        slots[index].headers.append((String(decoding: name, as: UTF8.self), valueText))
+        slots[index].appendField(name: name, value: value)
+    }
+
+    /// The slot of the stream whose header block is being read: a header block arrives whole
+    /// (HTTP/2 allows no other frame inside one), so its fields skip nghttp2's stream lookup, and
+    /// so does the DATA that most often follows it on the same stream.
+    private func headerSlot(_ streamID: Int32) -> Int? {
+        if streamID == headerBlockStream { return headerBlockSlot }
+        let index = slotIndex(streamID)
+        if let index {
+            headerBlockStream = streamID
+            headerBlockSlot = index
+        }
+        return index
     }
 
     fileprivate func data(streamID: Int32, bytes: UnsafeBufferPointer<UInt8>) {
-        guard let index = slotIndex(streamID) else { return }
+        guard let index = headerSlot(streamID) else { return }
         let room = maxBodyBytes - slots[index].body.count
         if bytes.count > room { slots[index].bodyTruncated = true }
         if room > 0 { slots[index].body.append(contentsOf: bytes.prefix(room)) }
@@ -374,6 +440,7 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
     }
 
     fileprivate func streamClosed(streamID: Int32) {
+        if streamID == headerBlockStream { headerBlockStream = 0 }
         if let index = slotIndex(streamID), index < slots.count {
             freeSlots.append(index)
         }

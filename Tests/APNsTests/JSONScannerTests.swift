@@ -211,6 +211,27 @@ func withScanner<R>(_ text: String, _ body: (JSONScanner) -> R) -> R {
         #expect(withScanner("{}") { $0.rootMember("a") } == nil)
     }
 
+    /// `rootMembers` reads two members in one pass and must answer exactly what two
+    /// `rootMember` calls answer, on good and on hostile text.
+    @Test(arguments: [
+        #"{"t":1,"s":2}"#, #"{"s":2,"t":1}"#, #"{"t":1}"#, #"{"s":2}"#, "{}", " \n{ \"t\" : 7 , \"x\":{\"s\":1}} ",
+        #"{"t":1,"t":"two","s":3,"s":[4]}"#, #"{"\u0074":5,"\u0073":6}"#, #"{"x":{"t":1,"s":2}}"#,
+        #"{"t":1,"s":2"#, #"{"t":1,,"s":2}"#, #"[{"t":1}]"#, #""t""#, "", "   ", #"{"t":1}garbage"#,
+        #"{"ts":1,"st":2,"T":3,"S":4}"#, #"{"t":{"s":1},"s":{"t":2}}"#,
+    ])
+    func rootMembersAnswersWhatTwoLookupsAnswer(text: String) {
+        let pair = withScanner(text) { $0.rootMembers("t", "s") }
+        #expect(pair.0 == withScanner(text) { $0.rootMember("t") }, "t in \(text)")
+        #expect(pair.1 == withScanner(text) { $0.rootMember("s") }, "s in \(text)")
+    }
+
+    @Test func rootMembersFindsBothInEitherOrder() {
+        let text = #"{"s": [1], "aps": {}, "t": 12}"#
+        let (t, s) = withScanner(text) { $0.rootMembers("t", "s") }
+        #expect(t == JSONScanner.Value(kind: .number, range: 27..<29))
+        #expect(s == JSONScanner.Value(kind: .array, range: 6..<9))
+    }
+
     @Test func lastDuplicateMemberWins() {
         let value = withScanner(#"{"a":1,"a":"two"}"#) { json in json.rootMember("a").flatMap(json.string) }
         #expect(value == "two")

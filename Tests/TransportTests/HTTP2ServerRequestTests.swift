@@ -1,0 +1,66 @@
+import Testing
+
+@testable import Transport
+
+/// The emulator's request keeps its header fields as bytes and makes Strings only when asked:
+/// lookups, counts and the duplicate check must answer as they did on Strings.
+struct HTTP2ServerRequestTests {
+    static func request(_ fields: [(String, [UInt8])]) -> HTTP2ServerRequest {
+        var request = HTTP2ServerRequest(streamID: 1)
+        for (name, value) in fields {
+            Array(name.utf8).withUnsafeBufferPointer { name in
+                value.withUnsafeBufferPointer { request.appendField(name: name, value: $0) }
+            }
+        }
+        return request
+    }
+
+    @Test func lookupsFindTheFirstValueAndCountEveryOne() {
+        let request = Self.request([
+            ("apns-topic", Array("com.example.herald".utf8)), ("apns-id", []), ("apns-topic", Array("second".utf8)),
+            ("authorization", Array("bearer a.b.c".utf8)),
+        ])
+        #expect(request.header("apns-topic").value == "com.example.herald")
+        #expect(request.header("apns-topic").count == 2)
+        #expect(request.header("apns-id") == ("", 1), "an empty value is present, not absent")
+        #expect(request.header("apns-priority").value == nil && request.header("apns-priority").count == 0)
+        #expect(request.headerBytes("authorization").map(Array.init) == Array("bearer a.b.c".utf8))
+        #expect(request.headerBytes("apns-expiration") == nil)
+        // Names match whole, never by prefix either way.
+        #expect(request.header("apns-top").count == 0 && request.header("apns-topics").count == 0)
+        #expect(request.header("").count == 0)
+        #expect(request.headers.map(\.name) == ["apns-topic", "apns-id", "apns-topic", "authorization"])
+        #expect(request.headers.map(\.value) == ["com.example.herald", "", "second", "bearer a.b.c"])
+    }
+
+    @Test func binaryValuesStayExactAsBytesAndAreRepairedAsText() {
+        let raw: [UInt8] = [0x61, 0xFF, 0x00, 0xC3, 0x62]
+        let request = Self.request([("apns-collapse-id", raw)])
+        #expect(request.headerBytes("apns-collapse-id").map(Array.init) == raw)
+        #expect(request.header("apns-collapse-id").value == String(decoding: raw, as: UTF8.self))
+        #expect(request.header("apns-collapse-id").value?.contains("\u{FFFD}") == true)
+    }
+
+    @Test(arguments: [
+        ([("apns-topic", "a"), ("apns-topic", "b")], true),
+        ([("authorization", "x"), ("apns-id", "y"), ("authorization", "x")], true),
+        ([("apns-", "1"), ("apns-", "2")], true),
+        ([("x-trace", "1"), ("x-trace", "2")], false),
+        ([("apns-topic", "a"), ("apns-topics", "a"), ("apns-id", "b"), ("authorisation", "c"), ("authorisation", "c")], false),
+        ([("apns", "1"), ("apns", "2"), ("a", "3"), ("a", "4")], false),
+        ([], false),
+    ])
+    func duplicatesCountOnlyForAPNsAndAuthorizationHeaders(fields: [(String, String)], duplicated: Bool) {
+        let request = Self.request(fields.map { ($0.0, Array($0.1.utf8)) })
+        #expect(request.hasDuplicateHeader(prefix: "apns-", orName: "authorization") == duplicated, "\(fields)")
+    }
+
+    @Test func resetForgetsEveryFieldButKeepsTheBuffers() {
+        var request = Self.request([("apns-topic", Array(repeating: 0x61, count: 300))])
+        request.reset(streamID: 3)
+        #expect(request.streamID == 3)
+        #expect(request.headers.isEmpty && request.header("apns-topic").count == 0)
+        #expect(request.fieldBytes.isEmpty && request.fieldBytes.capacity >= 310)
+        #expect(!request.hasDuplicateHeader(prefix: "apns-", orName: "authorization"))
+    }
+}
