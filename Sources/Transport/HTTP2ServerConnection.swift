@@ -19,9 +19,10 @@ public struct HTTP2ServerRequest {
     /// True when the peer sent more body than the server keeps (`maxBodyBytes`).
     public internal(set) var bodyTruncated = false
 
-    /// The regular fields' names and values, back to back, and where each lies in them.
+    /// The regular fields' names and values, back to back, and where each lies in them, with
+    /// each name's `nameKey`.
     var fieldBytes: [UInt8] = []
-    var fields: [(name: Range<Int>, value: Range<Int>)] = []
+    var fields: [(name: Range<Int>, value: Range<Int>, key: UInt64)] = []
 
     init(streamID: Int32) { self.streamID = streamID }
 
@@ -42,7 +43,21 @@ public struct HTTP2ServerRequest {
         fieldBytes.append(contentsOf: name)
         let valueStart = fieldBytes.count
         fieldBytes.append(contentsOf: value)
-        fields.append((nameStart..<valueStart, valueStart..<fieldBytes.count))
+        fields.append((nameStart..<valueStart, valueStart..<fieldBytes.count, Self.nameKey(name)))
+    }
+
+    /// A name's length (capped at 255) in the top byte over its first 7 bytes: two names with
+    /// different keys differ, so a lookup compares one integer per field and the bytes past the
+    /// seventh only when the keys match. The APNs header names all differ within their key.
+    static func nameKey(_ name: UnsafeBufferPointer<UInt8>) -> UInt64 {
+        var key = UInt64(min(name.count, 255)) << 56
+        for i in 0..<min(name.count, 7) { key |= UInt64(name[i]) << (8 * UInt64(i)) }
+        return key
+    }
+
+    static func nameKey(_ name: String) -> UInt64 {
+        var name = name
+        return name.withUTF8 { nameKey($0) }
     }
 
     /// Field text as the emulator reads it: invalid UTF-8 repaired, as when it was a String.
@@ -50,28 +65,31 @@ public struct HTTP2ServerRequest {
         fieldBytes.withUnsafeBufferPointer { String(decoding: UnsafeBufferPointer(rebasing: $0[range]), as: UTF8.self) }
     }
 
-    private func nameEquals(_ range: Range<Int>, _ name: String) -> Bool {
+    /// Whether the field name in `range`, whose key is `name`'s key already, is `name` (the
+    /// lengths are compared again: the key caps them at 255).
+    private func restEquals(_ range: Range<Int>, _ name: String) -> Bool {
+        guard range.count > 7 else { return true }
         var name = name
         return name.withUTF8 { expected in
-            guard expected.count == range.count else { return false }
-            guard !range.isEmpty else { return true }
-            return fieldBytes.withUnsafeBufferPointer {
-                memcmp($0.baseAddress! + range.lowerBound, expected.baseAddress!, range.count) == 0
+            expected.count == range.count && fieldBytes.withUnsafeBufferPointer {
+                memcmp($0.baseAddress! + range.lowerBound + 7, expected.baseAddress! + 7, range.count - 7) == 0
             }
         }
     }
 
     /// The bytes of the first value of header `name` (nil when absent), without making a String.
     public func headerBytes(_ name: String) -> ArraySlice<UInt8>? {
-        for field in fields where nameEquals(field.name, name) { return fieldBytes[field.value] }
+        let key = Self.nameKey(name)
+        for field in fields where field.key == key && restEquals(field.name, name) { return fieldBytes[field.value] }
         return nil
     }
 
     /// The first value of header `name`, and how many times it appeared.
     public func header(_ name: String) -> (value: String?, count: Int) {
+        let key = Self.nameKey(name)
         var first: String? = nil
         var count = 0
-        for field in fields where nameEquals(field.name, name) {
+        for field in fields where field.key == key && restEquals(field.name, name) {
             if first == nil { first = text(field.value) }
             count += 1
         }
@@ -80,14 +98,20 @@ public struct HTTP2ServerRequest {
 
     /// True when a header whose name starts with `prefix`, or is `name`, appears more than once.
     public func hasDuplicateHeader(prefix: String, orName name: String) -> Bool {
-        // A handful of fields: comparing pairs beats building a set.
-        func isChecked(_ range: Range<Int>) -> Bool {
-            nameEquals(range, name) || (range.count >= prefix.utf8.count
-                && nameEquals(range.lowerBound..<(range.lowerBound + prefix.utf8.count), prefix))
+        let nameKey = Self.nameKey(name)
+        let prefixCount = prefix.utf8.count
+        // Within the key's 7 bytes the prefix is a masked compare; a longer one compares bytes.
+        let prefixMask: UInt64 = prefixCount >= 7 ? (1 << 56) - 1 : (1 << (8 * UInt64(prefixCount))) - 1
+        let prefixKey = Self.nameKey(prefix) & prefixMask
+        func isChecked(_ field: (name: Range<Int>, value: Range<Int>, key: UInt64)) -> Bool {
+            if field.key == nameKey && restEquals(field.name, name) { return true }
+            guard field.name.count >= prefixCount, field.key & prefixMask == prefixKey else { return false }
+            return prefixCount <= 7 || fieldBytes[field.name.prefix(prefixCount)].elementsEqual(prefix.utf8)
         }
-        for i in fields.indices where isChecked(fields[i].name) {
+        // A handful of fields: comparing pairs beats building a set.
+        for i in fields.indices where isChecked(fields[i]) {
             let nameI = fields[i].name
-            for j in fields.indices where j > i && fields[j].name.count == nameI.count {
+            for j in fields.indices where j > i && fields[j].key == fields[i].key {
                 if fieldBytes[fields[j].name].elementsEqual(fieldBytes[nameI]) { return true }
             }
         }

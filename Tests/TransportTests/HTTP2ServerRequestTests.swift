@@ -55,6 +55,29 @@ struct HTTP2ServerRequestTests {
         #expect(request.hasDuplicateHeader(prefix: "apns-", orName: "authorization") == duplicated, "\(fields)")
     }
 
+    /// Names are matched by a key of their length and first 7 bytes, then by the rest: names that
+    /// share the key's bytes, or are longer than the key's length byte can say, must not match.
+    @Test func namesThatShareTheirFirstBytesOrAreHugeStayApart() {
+        let long300 = "x-" + String(repeating: "a", count: 298)
+        let long400 = "x-" + String(repeating: "a", count: 398)
+        let request = Self.request([
+            ("apns-topic", Array("t".utf8)), ("apns-topix", Array("u".utf8)), ("apns-to", Array("v".utf8)),
+            (long300, Array("300".utf8)), (long400, Array("400".utf8)), ("", Array("empty".utf8)),
+        ])
+        #expect(request.header("apns-topic") == ("t", 1))
+        #expect(request.header("apns-topix") == ("u", 1))
+        #expect(request.header("apns-to") == ("v", 1))
+        #expect(request.header("apns-t").count == 0 && request.header("apns-topicz").count == 0)
+        #expect(request.header(long300) == ("300", 1))
+        #expect(request.header(long400) == ("400", 1))
+        #expect(request.header(long300 + "a").count == 0, "299 bytes shares the key of 300 and 400")
+        #expect(request.header("") == ("empty", 1))
+        #expect(!request.hasDuplicateHeader(prefix: "apns-", orName: "authorization"))
+        #expect(!request.hasDuplicateHeader(prefix: "x-", orName: "authorization"), "300 and 400 bytes are different names")
+        #expect(Self.request([(long400, [1]), (long400, [2])]).hasDuplicateHeader(prefix: "x-aaaaaaaaaa", orName: "-"))
+        #expect(!Self.request([(long400, [1]), (long400, [2])]).hasDuplicateHeader(prefix: "x-aaaaaaab", orName: "-"))
+    }
+
     @Test func resetForgetsEveryFieldButKeepsTheBuffers() {
         var request = Self.request([("apns-topic", Array(repeating: 0x61, count: 300))])
         request.reset(streamID: 3)
