@@ -26,12 +26,18 @@ public struct HTTP2ServerRequest {
 
     init(streamID: Int32) { self.streamID = streamID }
 
-    /// Empties the request for the next stream, keeping its buffers' capacity.
+    /// Field bytes a reused slot keeps room for; a larger header block's buffer is let go, so one
+    /// huge request does not hold its memory in a slot for the connection's life.
+    static let keptFieldBytes = 8 << 10
+
+    /// Empties the request for the next stream, keeping its buffers' capacity (the field bytes'
+    /// up to `keptFieldBytes`).
     mutating func reset(streamID: Int32) {
         self.streamID = streamID
         method = ""
         path = ""
         authority = ""
+        if fieldBytes.capacity > Self.keptFieldBytes { fieldBytes = [] }
         fieldBytes.removeAll(keepingCapacity: true)
         fields.removeAll(keepingCapacity: true)
         body.removeAll(keepingCapacity: true)

@@ -85,5 +85,12 @@ struct HTTP2ServerRequestTests {
         #expect(request.headers.isEmpty && request.header("apns-topic").count == 0)
         #expect(request.fieldBytes.isEmpty && request.fieldBytes.capacity >= 310)
         #expect(!request.hasDuplicateHeader(prefix: "apns-", orName: "authorization"))
+
+        // A huge header block's buffer is not kept for the slot's next streams.
+        var huge = Self.request([("x-padding", Array(repeating: 0x62, count: 100_000))])
+        #expect(huge.fieldBytes.capacity >= 100_000)
+        huge.reset(streamID: 5)
+        #expect(huge.fieldBytes.capacity <= HTTP2ServerRequest.keptFieldBytes)
+        #expect(huge.headers.isEmpty)
     }
 }
