@@ -50,7 +50,9 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     private var throttled: [String: Int] = [:]
     /// `throttleWindowMilliseconds`: until when each throttled token keeps getting 429.
     private var throttledUntil: [String: Int64] = [:]
-    private var verifiedTokens: [String: Result<ParsedProviderToken, ProviderTokenVerificationFailure>] = [:]
+    /// Verification results by the token's bytes (a String key would let a different spelling
+    /// that compares equal as Unicode text pass as the verified token).
+    private var verifiedTokens: [[UInt8]: Result<ParsedProviderToken, ProviderTokenVerificationFailure>] = [:]
     private var random: SplitMix64
     /// Draws `apns-unique-id`s apart from `random`, so the faults a seed injects stay the same.
     private var uniqueIDRandom: SplitMix64
@@ -636,7 +638,8 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     }
 
     private func verify(_ jwt: String) -> Result<ParsedProviderToken, ProviderTokenVerificationFailure> {
-        if let cached = verifiedTokens[jwt] { return cached }
+        let key = Array(jwt.utf8)
+        if let cached = verifiedTokens[key] { return cached }
         let result: Result<ParsedProviderToken, ProviderTokenVerificationFailure>
         if let verifier {
             result = verifier.verify(jwt)
@@ -645,7 +648,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         }
         statistics.tokensVerified += 1
         if verifiedTokens.count > 256 { verifiedTokens.removeAll() }
-        verifiedTokens[jwt] = result
+        verifiedTokens[key] = result
         return result
     }
 

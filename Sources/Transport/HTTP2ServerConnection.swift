@@ -26,18 +26,20 @@ public struct HTTP2ServerRequest {
 
     init(streamID: Int32) { self.streamID = streamID }
 
-    /// Field bytes a reused slot keeps room for; a larger header block's buffer is let go, so one
-    /// huge request does not hold its memory in a slot for the connection's life.
+    /// Field bytes and fields a reused slot keeps room for; a larger header block's buffers are
+    /// let go, so one huge request does not hold its memory in a slot for the connection's life.
     static let keptFieldBytes = 8 << 10
+    static let keptFields = 64
 
-    /// Empties the request for the next stream, keeping its buffers' capacity (the field bytes'
-    /// up to `keptFieldBytes`).
+    /// Empties the request for the next stream, keeping its buffers' capacity (the fields' up to
+    /// `keptFieldBytes` and `keptFields`).
     mutating func reset(streamID: Int32) {
         self.streamID = streamID
         method = ""
         path = ""
         authority = ""
         if fieldBytes.capacity > Self.keptFieldBytes { fieldBytes = [] }
+        if fields.capacity > Self.keptFields { fields = [] }
         fieldBytes.removeAll(keepingCapacity: true)
         fields.removeAll(keepingCapacity: true)
         body.removeAll(keepingCapacity: true)
@@ -169,7 +171,6 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
     private var headerBlockStream: Int32 = 0
     private var headerBlockSlot = 0
     private var ready: [Int32] = []
-    private var readyBatch: [Int32] = []
     private var responses: [Int32: [UInt8]] = [:]
     private var responseOffsets: [Int32: Int] = [:]
     private let responseScratch = UnsafeMutablePointer<UInt8>.allocate(capacity: 256)
@@ -368,10 +369,9 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
 
     override func sessionProcessedInput() {
         guard !ready.isEmpty else { return }
-        // The batch is taken by swapping buffers: no array is copied or allocated per read.
-        swap(&ready, &readyBatch)
-        defer { readyBatch.removeAll(keepingCapacity: true) }
-        for streamID in readyBatch {
+        let batch = ready
+        ready.removeAll(keepingCapacity: true)
+        for streamID in batch {
             guard let index = slotIndex(streamID) else { continue }
             if streamID > goAwayLastStreamID {
                 streamsRefusedAfterGoAway += 1
@@ -431,9 +431,10 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
         slots[index].appendField(name: name, value: value)
     }
 
-    /// The slot of the stream whose header block is being read: a header block arrives whole
-    /// (HTTP/2 allows no other frame inside one), so its fields skip nghttp2's stream lookup, and
-    /// so does the DATA that most often follows it on the same stream.
+    /// The slot of the stream whose header block was begun last (or looked up last): its fields,
+    /// and the DATA that most often follows on the same stream, skip nghttp2's stream lookup.
+    /// Sound because a stream's slot is forgotten here when the stream closes (stream ids are
+    /// never reused on a connection); any other stream is looked up.
     private func headerSlot(_ streamID: Int32) -> Int? {
         if streamID == headerBlockStream { return headerBlockSlot }
         let index = slotIndex(streamID)

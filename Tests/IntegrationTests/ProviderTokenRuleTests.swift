@@ -153,5 +153,46 @@ extension IntegrationTests {
             #expect(statistics.rejected == ["TooManyProviderTokenUpdates": 1, "ExpiredProviderToken": 1])
             #expect(statistics.accepted == 2)
         }
+
+        /// The emulator compares a token with the connection's current one as bytes, as APNs does:
+        /// the same token with one `K` spelled as the Kelvin sign (U+212A, equal to `K` as Unicode
+        /// text) is another token, and not a valid one.
+        @Test
+        func aTokenSpelledWithOtherBytesIsAnotherToken() async throws {
+            let clock = Self.manualClock()
+            let bed = try await TestBed { $0.time = .manual(clock) }
+            defer { bed.shutdown() }
+            let signer = try ProviderTokenSigner(teamID: TestBed.teamID, keyID: TestBed.keyID, key: bed.providerKey)
+            try await bed.onLoop { bed in _ = try bed.connectRaw(trusting: bed.certificatePath) }
+            let ready = await bed.waitUntil(timeout: .seconds(10)) { $0.probe.isReady(0) }
+            try #require(ready)
+            // A signature is random: sign until the token has a `K` to respell (1 in 4 has none).
+            var jwt = ""
+            for _ in 0..<64 where !jwt.contains("K") {
+                jwt = try signer.makeToken(issuedAt: clock.nowMilliseconds() / 1000)
+            }
+            try #require(jwt.contains("K"))
+            let respelled = String(jwt.map { $0 == "K" ? "\u{212A}" : $0 })
+            #expect(respelled == jwt, "Swift compares them equal as text")
+            #expect(Array(respelled.utf8) != Array(jwt.utf8))
+
+            func send(_ index: Int, token: String) async throws -> DeliveryOutcome? {
+                let submitted = try await bed.onLoop { bed in
+                    let raw = bed.rawConnections[0]
+                    raw.clock = .manual(clock)
+                    raw.setAuthorization(jwt: token, generation: UInt64(index + 1))
+                    return raw.submit(PendingRequest(notification: bed.notification(index: index), context: UInt64(index)))
+                }
+                try #require(submitted)
+                _ = await bed.waitUntil(timeout: .seconds(10)) { $0.probe.outcome(of: UInt64(index)) != nil }
+                return try await bed.onLoop { $0.probe.outcome(of: UInt64(index)) }
+            }
+            #expect(try await send(0, token: jwt) == .accepted)
+            #expect(try await send(1, token: respelled) == .credentialsRejected(status: 403, reason: .invalidProviderToken))
+            #expect(try await send(2, token: jwt) == .accepted, "the current token is still the first one")
+            let statistics = try await bed.onLoop { $0.server.currentStatistics }
+            #expect(statistics.rejected == ["InvalidProviderToken": 1])
+            #expect(statistics.accepted == 2)
+        }
     }
 }
