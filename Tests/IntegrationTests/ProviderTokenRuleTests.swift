@@ -20,6 +20,34 @@ extension IntegrationTests {
             await bed.letTimersRun(milliseconds: 3 * maintenanceMilliseconds)
         }
 
+        /// A test bed on `clock` with `connections` raw client connections, each ready, and a
+        /// signer of the bed's provider key.
+        static func rawBed(_ clock: ManualTime, connections: Int) async throws -> (TestBed, ProviderTokenSigner) {
+            let bed = try await TestBed { $0.time = .manual(clock) }
+            try await bed.onLoop { bed in
+                for _ in 0..<connections { _ = try bed.connectRaw(trusting: bed.certificatePath) }
+            }
+            let ready = await bed.waitUntil(timeout: .seconds(10)) { bed in (0..<connections).allSatisfy { bed.probe.isReady($0) } }
+            let description = try await bed.onLoop { $0.describe() }
+            if !ready { bed.shutdown() }
+            try #require(ready, "\(description)")
+            return (bed, try ProviderTokenSigner(teamID: TestBed.teamID, keyID: TestBed.keyID, key: bed.providerKey))
+        }
+
+        /// Sends notification `index` on raw connection `connection` with provider token `jwt`, and
+        /// waits for its outcome.
+        static func send(_ index: Int, on connection: Int, jwt: String, clock: ManualTime, bed: TestBed) async throws -> DeliveryOutcome? {
+            let submitted = try await bed.onLoop { bed in
+                let raw = bed.rawConnections[connection]
+                raw.clock = .manual(clock)
+                raw.setAuthorization(jwt: jwt, generation: UInt64(index + 1))
+                return raw.submit(PendingRequest(notification: bed.notification(index: index), context: UInt64(index)))
+            }
+            try #require(submitted, "connection \(connection) had no free stream")
+            _ = await bed.waitUntil(timeout: .seconds(10)) { $0.probe.outcome(of: UInt64(index)) != nil }
+            return try await bed.onLoop { $0.probe.outcome(of: UInt64(index)) }
+        }
+
         static func sendBatch(_ count: Int, bed: TestBed) async throws {
             try await bed.onLoop { bed in bed.enqueue(count) }
             let finished = await bed.waitForAllOutcomes()
@@ -113,30 +141,13 @@ extension IntegrationTests {
         @Test
         func emulatorRefusesEarlyTokenChangeAndExpiredToken() async throws {
             let clock = Self.manualClock()
-            let bed = try await TestBed { $0.time = .manual(clock) }
+            let (bed, signer) = try await Self.rawBed(clock, connections: 2)
             defer { bed.shutdown() }
-            let signer = try ProviderTokenSigner(teamID: TestBed.teamID, keyID: TestBed.keyID, key: bed.providerKey)
-            try await bed.onLoop { bed in
-                _ = try bed.connectRaw(trusting: bed.certificatePath)
-                _ = try bed.connectRaw(trusting: bed.certificatePath)
-            }
-            let ready = await bed.waitUntil(timeout: .seconds(10)) { $0.probe.isReady(0) && $0.probe.isReady(1) }
-            let description = try await bed.onLoop { $0.describe() }
-            try #require(ready, "\(description)")
 
             /// Binds a token issued `age` seconds ago to raw connection `connection` and sends notification `index`.
             func send(_ index: Int, on connection: Int, tokenAge age: Int64 = 0) async throws -> DeliveryOutcome? {
-                let now = clock.nowMilliseconds()
-                let jwt = try signer.makeToken(issuedAt: now / 1000 - age)
-                let submitted = try await bed.onLoop { bed in
-                    let raw = bed.rawConnections[connection]
-                    raw.clock = .manual(clock)
-                    raw.setAuthorization(jwt: jwt, generation: UInt64(index + 1))
-                    return raw.submit(PendingRequest(notification: bed.notification(index: index), context: UInt64(index)))
-                }
-                try #require(submitted, "connection \(connection) had no free stream")
-                _ = await bed.waitUntil(timeout: .seconds(10)) { $0.probe.outcome(of: UInt64(index)) != nil }
-                return try await bed.onLoop { $0.probe.outcome(of: UInt64(index)) }
+                let jwt = try signer.makeToken(issuedAt: clock.nowMilliseconds() / 1000 - age)
+                return try await Self.send(index, on: connection, jwt: jwt, clock: clock, bed: bed)
             }
 
             #expect(try await send(0, on: 0) == .accepted)
@@ -154,18 +165,14 @@ extension IntegrationTests {
             #expect(statistics.accepted == 2)
         }
 
-        /// The emulator compares a token with the connection's current one as bytes, as APNs does:
-        /// the same token with one `K` spelled as the Kelvin sign (U+212A, equal to `K` as Unicode
-        /// text) is another token, and not a valid one.
+        /// The emulator compares a token with the connection's current one byte for byte: the same
+        /// token with each `K` spelled as the Kelvin sign (U+212A, equal to `K` as Unicode text) is
+        /// another token, and not a valid one.
         @Test
         func aTokenSpelledWithOtherBytesIsAnotherToken() async throws {
             let clock = Self.manualClock()
-            let bed = try await TestBed { $0.time = .manual(clock) }
+            let (bed, signer) = try await Self.rawBed(clock, connections: 1)
             defer { bed.shutdown() }
-            let signer = try ProviderTokenSigner(teamID: TestBed.teamID, keyID: TestBed.keyID, key: bed.providerKey)
-            try await bed.onLoop { bed in _ = try bed.connectRaw(trusting: bed.certificatePath) }
-            let ready = await bed.waitUntil(timeout: .seconds(10)) { $0.probe.isReady(0) }
-            try #require(ready)
             // A signature is random: sign until the token has a `K` to respell (1 in 4 has none).
             var jwt = ""
             for _ in 0..<64 where !jwt.contains("K") {
@@ -177,15 +184,7 @@ extension IntegrationTests {
             #expect(Array(respelled.utf8) != Array(jwt.utf8))
 
             func send(_ index: Int, token: String) async throws -> DeliveryOutcome? {
-                let submitted = try await bed.onLoop { bed in
-                    let raw = bed.rawConnections[0]
-                    raw.clock = .manual(clock)
-                    raw.setAuthorization(jwt: token, generation: UInt64(index + 1))
-                    return raw.submit(PendingRequest(notification: bed.notification(index: index), context: UInt64(index)))
-                }
-                try #require(submitted)
-                _ = await bed.waitUntil(timeout: .seconds(10)) { $0.probe.outcome(of: UInt64(index)) != nil }
-                return try await bed.onLoop { $0.probe.outcome(of: UInt64(index)) }
+                try await Self.send(index, on: 0, jwt: token, clock: clock, bed: bed)
             }
             #expect(try await send(0, token: jwt) == .accepted)
             #expect(try await send(1, token: respelled) == .credentialsRejected(status: 403, reason: .invalidProviderToken))
