@@ -28,16 +28,19 @@ extension JSONScanner {
     /// The value of the last member called `name` in the top-level object, or `nil` if there is
     /// none, the top-level value is not an object, or the object's text is malformed.
     public func rootMember(_ name: StaticString) -> Value? {
+        rootObjectStart().flatMap { member(name, inObjectAt: $0) }
+    }
+
+    /// Where the top-level object begins, or nil when the text does not begin with one.
+    private func rootObjectStart() -> Int? {
         let start = skipWhitespace(from: 0)
-        guard start < bytes.count, bytes[start] == UInt8(ascii: "{") else { return nil }
-        return member(name, inObjectAt: start)
+        return start < bytes.count && bytes[start] == UInt8(ascii: "{") ? start : nil
     }
 
     /// The values of the last members called `first` and `second` in the top-level object, read in
     /// one pass: each `nil` as `rootMember` would answer it (`second` is never found if it is `first`).
     public func rootMembers(_ first: StaticString, _ second: StaticString) -> (Value?, Value?) {
-        let start = skipWhitespace(from: 0)
-        guard start < bytes.count, bytes[start] == UInt8(ascii: "{") else { return (nil, nil) }
+        guard let start = rootObjectStart() else { return (nil, nil) }
         var found: (Value?, Value?) = (nil, nil)
         do {
             _ = try scanObject(at: start, depth: 1) { memberName, value in

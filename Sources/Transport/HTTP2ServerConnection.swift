@@ -167,9 +167,9 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
     /// data is its slot index + 1), so a request costs no dictionary and keeps its buffers.
     private var slots: [HTTP2ServerRequest] = []
     private var freeSlots: [Int] = []
-    /// The stream whose header block arrived last (0: none) and its slot (see `headerSlot`).
-    private var headerBlockStream: Int32 = 0
-    private var headerBlockSlot = 0
+    /// The stream last begun or looked up (0: none) and its slot (see `cachedSlot`).
+    private var cachedStream: Int32 = 0
+    private var cachedStreamSlot = 0
     private var ready: [Int32] = []
     private var responses: [Int32: [UInt8]] = [:]
     private var responseOffsets: [Int32: Int] = [:]
@@ -386,7 +386,7 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
     }
 
     override func didClose(_ error: ConnectionError?) {
-        headerBlockStream = 0
+        cachedStream = 0
         slots.removeAll()
         freeSlots.removeAll()
         responses.removeAll()
@@ -412,13 +412,13 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
             slots.append(HTTP2ServerRequest(streamID: streamID))
         }
         nghttp2_session_set_stream_user_data(session, streamID, UnsafeMutableRawPointer(bitPattern: index + 1))
-        headerBlockStream = streamID
-        headerBlockSlot = index
+        cachedStream = streamID
+        cachedStreamSlot = index
         streamsReceived += 1
     }
 
     fileprivate func header(streamID: Int32, name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) {
-        guard let index = headerSlot(streamID) else { return }
+        guard let index = cachedSlot(streamID) else { return }
         if name.first == 0x3A {  // ":" pseudo-header
             switch name.count {
             case 7 where name[1] == 0x6D: slots[index].method = String(decoding: value, as: UTF8.self)      // :method
@@ -431,22 +431,22 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
         slots[index].appendField(name: name, value: value)
     }
 
-    /// The slot of the stream whose header block was begun last (or looked up last): its fields,
+    /// `slotIndex`, remembered for the stream last begun or looked up: a header block's fields,
     /// and the DATA that most often follows on the same stream, skip nghttp2's stream lookup.
     /// Sound because a stream's slot is forgotten here when the stream closes (stream ids are
     /// never reused on a connection); any other stream is looked up.
-    private func headerSlot(_ streamID: Int32) -> Int? {
-        if streamID == headerBlockStream { return headerBlockSlot }
+    private func cachedSlot(_ streamID: Int32) -> Int? {
+        if streamID == cachedStream { return cachedStreamSlot }
         let index = slotIndex(streamID)
         if let index {
-            headerBlockStream = streamID
-            headerBlockSlot = index
+            cachedStream = streamID
+            cachedStreamSlot = index
         }
         return index
     }
 
     fileprivate func data(streamID: Int32, bytes: UnsafeBufferPointer<UInt8>) {
-        guard let index = headerSlot(streamID) else { return }
+        guard let index = cachedSlot(streamID) else { return }
         let room = maxBodyBytes - slots[index].body.count
         if bytes.count > room { slots[index].bodyTruncated = true }
         if room > 0 { slots[index].body.append(contentsOf: bytes.prefix(room)) }
@@ -471,7 +471,7 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
     }
 
     fileprivate func streamClosed(streamID: Int32) {
-        if streamID == headerBlockStream { headerBlockStream = 0 }
+        if streamID == cachedStream { cachedStream = 0 }
         if let index = slotIndex(streamID), index < slots.count {
             freeSlots.append(index)
         }
