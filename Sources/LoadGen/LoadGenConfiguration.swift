@@ -166,6 +166,11 @@ public struct PushTypeMix: Sendable, CustomStringConvertible {
 
     /// The push type for a draw `u` in 0..<1.
     public func type(forDraw u: Double) -> PushType {
+        PushTypeMix.type(forDraw: u, shares: shares)
+    }
+
+    /// The same, for the shares alone (the job factory keeps them apart from the configuration).
+    static func type(forDraw u: Double, shares: [(type: PushType, share: Double)]) -> PushType {
         var threshold = 0.0
         for (type, share) in shares {
             threshold += share

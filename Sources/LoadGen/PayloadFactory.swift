@@ -8,7 +8,7 @@ import Queue
 /// and `pad` fills the rest.
 public enum PayloadFactory {
     /// The `aps` dictionary a push type needs to pass APNs' rules.
-    static func aps(for type: PushType) -> String {
+    static func aps(for type: PushType) -> StaticString {
         switch type {
         case .background: return #"{"content-available":1}"#
         default: return #"{"alert":"Herald loadgen"}"#
@@ -17,11 +17,30 @@ public enum PayloadFactory {
 
     /// The payload for `type` stamped `stampMicros` (and `scheduledMicros` when given), padded to
     /// exactly `bytes` bytes (at least `minimumBytes(for:)`; a shorter request gets the minimum).
+    ///
+    /// Written as bytes into one array of the final size: the producer makes one per job, on the
+    /// same cores as the worker it measures. Built by String interpolation it cost four
+    /// allocations and two integer-to-text conversions per job.
     public static func payload(type: PushType, stampMicros: Int64, scheduledMicros: Int64? = nil, bytes: Int) -> [UInt8] {
-        let schedule = scheduledMicros.map { ",\"s\":\($0)" } ?? ""
-        var text = Array("{\"aps\":\(aps(for: type)),\"t\":\(stampMicros)\(schedule),\"pad\":\"".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(max(bytes, 96))
+        func append(_ string: StaticString) {
+            string.withUTF8Buffer { text.append(contentsOf: $0) }
+        }
+        func append(_ value: Int64) {
+            if value < 0 { text.append(UInt8(ascii: "-")) }
+            DecimalDigits.with(value.magnitude) { text.append(contentsOf: $0) }
+        }
+        append(#"{"aps":"#)
+        append(aps(for: type))
+        append(#","t":"#)
+        append(stampMicros)
+        if let scheduledMicros {
+            append(#","s":"#)
+            append(scheduledMicros)
+        }
+        append(#","pad":""#)
         let padding = max(0, bytes - text.count - 2)
-        text.reserveCapacity(text.count + padding + 2)
         text.append(contentsOf: repeatElement(UInt8(ascii: "x"), count: padding))
         text.append(UInt8(ascii: "\""))
         text.append(UInt8(ascii: "}"))
@@ -47,10 +66,25 @@ public final class JobFactory {
     public let configuration: LoadGenConfiguration
     private let tokens: [[UInt8]]
     private var previousRoot = 0
+    // What `fields` reads per job, copied out of `configuration`: reading a member of the stored
+    // struct retained its references (strings, arrays) each time, about ten atomic retains per job.
+    private let seed: UInt64
+    private let collapseRatio: Double
+    private let fanout: Int
+    private let payloadBytes: Int
+    private let shares: [(type: PushType, share: Double)]
+    /// The only push type when the mix has one (the default): no draw per job.
+    private let onlyType: PushType?
 
     public init(configuration: LoadGenConfiguration) {
         self.configuration = configuration
         tokens = JobFactory.makeTokens(configuration)
+        seed = configuration.seed
+        collapseRatio = configuration.collapseRatio
+        fanout = configuration.fanout
+        payloadBytes = configuration.payloadBytes
+        shares = configuration.pushTypes.shares
+        onlyType = shares.count == 1 ? shares[0].type : nil
     }
 
     /// Token `index` of the run's `configuration.tokens`.
@@ -86,13 +120,12 @@ public final class JobFactory {
     /// The fields of job `index`, stamped `stampMicros` (when its XADD is queued; 0: not measured) and,
     /// in steady mode, `scheduledMicros` (when it was due).
     public func fields(job index: Int, stampMicros: Int64, scheduledMicros: Int64? = nil) -> Enqueuer.Fields {
-        let draw = JobFactory.draw(seed: configuration.seed, index: index, salt: 1)
-        let root = index > 0 && draw < configuration.collapseRatio ? previousRoot : index
+        let draw = collapseRatio > 0 ? JobFactory.draw(seed: seed, index: index, salt: 1) : 1
+        let root = index > 0 && draw < collapseRatio ? previousRoot : index
         previousRoot = root
-        let type = configuration.pushTypes.type(forDraw: JobFactory.draw(seed: configuration.seed, index: index, salt: 2))
+        let type = onlyType ?? PushTypeMix.type(forDraw: JobFactory.draw(seed: seed, index: index, salt: 2), shares: shares)
         var fields: Enqueuer.Fields = []
         fields.reserveCapacity(5)
-        let fanout = configuration.fanout
         if fanout == 1 {
             fields.append((JobField.token, tokens[root % tokens.count]))
         } else {
@@ -105,10 +138,10 @@ public final class JobFactory {
             fields.append((JobField.tokens, joined))
         }
         fields.append((JobField.payload, PayloadFactory.payload(type: type, stampMicros: stampMicros, scheduledMicros: scheduledMicros,
-                                                                   bytes: configuration.payloadBytes)))
+                                                                   bytes: payloadBytes)))
         if type != .alert { fields.append((JobField.pushType, Array(type.rawValue.utf8))) }
         if type == .background { fields.append((JobField.priority, Array("5".utf8))) }
-        if configuration.collapseRatio > 0 { fields.append((JobField.collapseID, Array("c\(root)".utf8))) }
+        if collapseRatio > 0 { fields.append((JobField.collapseID, Array("c\(root)".utf8))) }
         return fields
     }
 

@@ -391,6 +391,16 @@ public final class RedisConnection: IOHandler, TickObserver {
         completionHead = 0
     }
 
+    /// Queues one command built by `build`, whose reply is read straight from the tape (see
+    /// `RawCompletion`): no reply value is made for it.
+    public func sendRaw(argumentCount: Int, _ build: (inout RedisCommandBuilder) -> Void, _ completion: @escaping RawCompletion) {
+        beginCommand(count: argumentCount)
+        var builder = RedisCommandBuilder(connection: self)
+        build(&builder)
+        precondition(builder.written == argumentCount, "RESP argument count mismatch: declared \(argumentCount), wrote \(builder.written)")
+        endCommand(.raw(completion))
+    }
+
     /// Queues one command whose reply is read straight from the tape (see `RawCompletion`).
     public func sendRaw(_ arguments: [String], _ completion: @escaping RawCompletion) {
         beginCommand(count: arguments.count)

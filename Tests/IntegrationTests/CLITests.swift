@@ -236,6 +236,23 @@ extension IntegrationTests {
             }
         }
 
+        /// A producer's XADD that Redis refuses (the queue's stream key holds another type) stops
+        /// `enqueue --count` with Redis' own words and a failure status; nothing lands in another
+        /// key, and the jobs accepted before (none here) are counted as added.
+        @Test
+        func aRefusedXADDStopsEnqueueWithRedisReason() async throws {
+            try await withOperationsBed { bed in
+                let keys = QueueKeys(queue: "typed")
+                _ = try await bed.client.send(["SET", keys.jobs, "not a stream"])
+                let run = try await CLIRun(bed, ["enqueue", "--redis", bed.redis.url, "--queue", "typed", "--lane", "bulk",
+                                                 "--token", WorkerHarness.deviceToken(3), "--count", "5"])
+                #expect(run.status != 0, "\(run)")
+                #expect(run.stderr.contains("WRONGTYPE") && run.stderr.contains("refused the job"), "\(run)")
+                #expect(try await bed.client.send(["GET", keys.jobs]) == .bulk(Array("not a stream".utf8)))
+                #expect(try await bed.length(keys.urgentJobs) == 0)
+            }
+        }
+
         /// `herald send` against the emulator: 0 when every notification is accepted, 1 when APNs
         /// rejects one, 65 before sending an invalid one, 69 when APNs cannot be reached, 78 when
         /// it refuses the credentials or --app names no configured app; `--config` + `--app` sends

@@ -27,6 +27,27 @@ import Testing
         }
     }
 
+    /// The payload is written as bytes; it must be the text the interpolated form spells, for any
+    /// stamp an Int64 holds (the backlog's 0, a clock before 1970, the extremes) and any size.
+    @Test(arguments: [PushType.alert, .background, .voip, .liveactivity])
+    func payloadBytesSpellTheSameTextAsInterpolation(type: PushType) {
+        func spelled(_ stamp: Int64, _ scheduled: Int64?, _ bytes: Int) -> [UInt8] {
+            let aps = type == .background ? #"{"content-available":1}"# : #"{"alert":"Herald loadgen"}"#
+            let schedule = scheduled.map { ",\"s\":\($0)" } ?? ""
+            let head = "{\"aps\":\(aps),\"t\":\(stamp)\(schedule),\"pad\":\""
+            return Array((head + String(repeating: "x", count: max(0, bytes - head.utf8.count - 2)) + "\"}").utf8)
+        }
+        let stamps: [Int64] = [0, 1, 9, 10, -1, -10, 1_763_830_000_123_456, .max, .min, .min + 1]
+        for stamp in stamps {
+            for scheduled in [nil, 0, stamp, -7, Int64.max] as [Int64?] {
+                for bytes in [0, 1, 40, 96, 97, 256, 4096] {
+                    #expect(PayloadFactory.payload(type: type, stampMicros: stamp, scheduledMicros: scheduled, bytes: bytes)
+                            == spelled(stamp, scheduled, bytes), "stamp \(stamp), scheduled \(String(describing: scheduled)), \(bytes) bytes")
+                }
+            }
+        }
+    }
+
     @Test(arguments: [PushType.alert, .background])
     func steadyModePayloadsCarryTheScheduleBesideTheEnqueueStamp(type: PushType) throws {
         let sent: Int64 = 1_763_830_000_123_456
