@@ -45,6 +45,7 @@ public final class Enqueuer: RedisConnectionDelegate {
     /// When paced: the furthest the producer fell behind its schedule, µs.
     public private(set) var maxBehindMicros: Int64 = 0
     private var startMicros: Int64 = 0
+    private var startMonotonicMicros: Int64 = 0
     private var unshardedCompletion: RedisConnection.RawCompletion?
     /// Called on the loop once the last job was added (or the run failed).
     public var onFinished: (() -> Void)?
@@ -82,6 +83,7 @@ public final class Enqueuer: RedisConnectionDelegate {
     public func redisConnectionIsReady(_ connection: RedisConnection) {
         guard connection === self.connection else { return }
         startMicros = clock()
+        startMonotonicMicros = Enqueuer.monotonicMicros()
         if ratePerSecond == nil { fill() } else { pace() }
     }
 
@@ -107,15 +109,18 @@ public final class Enqueuer: RedisConnectionDelegate {
         }
     }
 
-    /// Paced: send every job due by now, then look again in a millisecond.
+    /// Paced: send every job due by now, then look again in a millisecond. Paced by the monotonic
+    /// clock, so a step of the wall clock during a run (an NTP correction) neither stalls the
+    /// producer nor makes it send a burst; a job's schedule stamp is the wall time at the start
+    /// plus its offset in the schedule.
     private func pace() {
         guard !isFinished, let rate = ratePerSecond else { return }
-        let now = clock()
-        let due = min(count, Int(Double(now - startMicros) * rate / 1_000_000) + 1)
+        let elapsed = Enqueuer.monotonicMicros() - startMonotonicMicros
+        let due = min(count, Int(Double(elapsed) * rate / 1_000_000) + 1)
         while sent < due {
-            let scheduled = startMicros + Int64(Double(sent) * 1_000_000 / rate)
-            maxBehindMicros = max(maxBehindMicros, now - scheduled)
-            add(index: sent, scheduledMicros: scheduled)
+            let offset = Int64(Double(sent) * 1_000_000 / rate)
+            maxBehindMicros = max(maxBehindMicros, elapsed - offset)
+            add(index: sent, scheduledMicros: startMicros + offset)
         }
         if sent < count { loop.schedule(afterMilliseconds: 1) { [weak self] in self?.pace() } }
     }
@@ -191,6 +196,13 @@ public final class Enqueuer: RedisConnectionDelegate {
         let hex = String(index, radix: 16)
         let suffix = String(repeating: "0", count: max(0, 8 - hex.count)) + hex
         return String(token.dropLast(min(8, token.count))) + suffix.suffix(8)
+    }
+
+    /// µs on the monotonic clock (pacing).
+    static func monotonicMicros() -> Int64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Int64(ts.tv_sec) * 1_000_000 + Int64(ts.tv_nsec) / 1000
     }
 
     /// µs since the epoch.
