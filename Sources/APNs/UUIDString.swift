@@ -40,19 +40,38 @@ public enum UUIDString {
 
     /// Writes the 36 bytes of `make(bits)` at `target`.
     public static func write(_ bits: UUIDBits, into target: UnsafeMutablePointer<UInt8>) {
-        let first = (bits.high << 4) & 0xFFFF_FFFF_FFFF_0000 | 0x8000 | bits.high & 0x0FFF
-        let second = bits.low & 0x3FFF_FFFF_FFFF_FFFF | 0x8000_0000_0000_0000
+        let (first, second) = stamped(bits)
+        writeVerbatim(high: first, low: second, into: target)
+    }
+
+    /// The 128 bits `make(bits)` spells: `bits` with the version and variant set in place.
+    public static func stamped(_ bits: UUIDBits) -> (high: UInt64, low: UInt64) {
+        ((bits.high << 4) & 0xFFFF_FFFF_FFFF_0000 | 0x8000 | bits.high & 0x0FFF,
+         bits.low & 0x3FFF_FFFF_FFFF_FFFF | 0x8000_0000_0000_0000)
+    }
+
+    /// Writes `high` then `low` as they are, 32 lowercase hex digits in 8-4-4-4-12 groups (36
+    /// bytes at `target`): the text a canonical UUID read as these two words was.
+    public static func writeVerbatim(high: UInt64, low: UInt64, into target: UnsafeMutablePointer<UInt8>) {
         // Nibble k of a word (k = 0 the most significant) sits at shift 60 - 4k. Groups of
-        // 8-4-4-4-12 digits: nibbles 0-7, 8-11 and 12-15 of `first`, then 0-3 and 4-15 of `second`.
-        for index in 0..<8 { target[index] = hexDigit(first >> (60 - 4 * index)) }
+        // 8-4-4-4-12 digits: nibbles 0-7, 8-11 and 12-15 of `high`, then 0-3 and 4-15 of `low`.
+        for index in 0..<8 { target[index] = hexDigit(high >> (60 - 4 * index)) }
         target[8] = UInt8(ascii: "-")
-        for index in 0..<4 { target[9 + index] = hexDigit(first >> (28 - 4 * index)) }
+        for index in 0..<4 { target[9 + index] = hexDigit(high >> (28 - 4 * index)) }
         target[13] = UInt8(ascii: "-")
-        for index in 0..<4 { target[14 + index] = hexDigit(first >> (12 - 4 * index)) }
+        for index in 0..<4 { target[14 + index] = hexDigit(high >> (12 - 4 * index)) }
         target[18] = UInt8(ascii: "-")
-        for index in 0..<4 { target[19 + index] = hexDigit(second >> (60 - 4 * index)) }
+        for index in 0..<4 { target[19 + index] = hexDigit(low >> (60 - 4 * index)) }
         target[23] = UInt8(ascii: "-")
-        for index in 0..<12 { target[24 + index] = hexDigit(second >> (44 - 4 * index)) }
+        for index in 0..<12 { target[24 + index] = hexDigit(low >> (44 - 4 * index)) }
+    }
+
+    /// `writeVerbatim` as a String.
+    public static func makeVerbatim(high: UInt64, low: UInt64) -> String {
+        String(unsafeUninitializedCapacity: 36) { text in
+            writeVerbatim(high: high, low: low, into: text.baseAddress!)
+            return 36
+        }
     }
 
     /// The lowercase hex digit of the low four bits of `value`.

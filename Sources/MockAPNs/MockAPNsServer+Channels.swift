@@ -60,7 +60,9 @@ extension MockAPNsServer {
     func evaluateBroadcast(_ request: HTTP2ServerRequest, state: ConnectionState, certificateAuthenticated: Bool) -> Answer {
         let headerAPNsID = request.header("apns-id")
         let uuid = headerAPNsID.value.flatMap(UUIDKey.init(canonical:))
-        var answer = Answer(status: 200, reason: nil, timestamp: nil, apnsID: headerAPNsID.value ?? generatedID(), uuid: uuid)
+        var answer = Answer(status: 200, reason: nil, timestamp: nil, apnsIDText: uuid == nil ? headerAPNsID.value : nil,
+                            apnsIDWords: uuid.map { ($0.high, $0.low) } ?? (headerAPNsID.value == nil ? UUIDString.stamped(generatedID()) : nil),
+                            uuid: uuid)
         func reject(_ status: Int, _ reason: String) -> Answer {
             answer.status = status
             answer.reason = reason
@@ -139,7 +141,7 @@ extension MockAPNsServer {
     /// Sends a broadcast's answer: like `send`, plus the `apns-unique-id` header APNs adds to
     /// broadcast answers, and per-channel counting of broadcasts.
     func sendWithUniqueID(_ answer: Answer, on connection: HTTP2ServerConnection, streamID: Int32) {
-        let uniqueID = generatedID()
+        let uniqueID = UUIDString.make(generatedID())
         let headers: [(name: String, value: String)] = [("apns-id", answer.apnsID), ("apns-unique-id", uniqueID)]
         // Counted when answered: an answer lost with its connection was not delivered.
         if answer.status == 200 {
@@ -198,7 +200,7 @@ extension MockAPNsServer {
     /// 400 BadChannelId, 404 ChannelNotRegistered.
     func channelManagementAnswer(_ request: HTTP2ServerRequest, state: ConnectionState, certificateAuthenticated: Bool) -> ChannelAPIAnswer {
         statistics.channelRequests += 1
-        let requestID = request.header("apns-request-id").value.flatMap { UUIDKey(canonical: $0) != nil ? $0 : nil } ?? generatedID()
+        let requestID = request.header("apns-request-id").value.flatMap { UUIDKey(canonical: $0) != nil ? $0 : nil } ?? UUIDString.make(generatedID())
         var headers: [(name: String, value: String)] = [("apns-request-id", requestID)]
         func reject(_ status: Int, _ reason: String) -> ChannelAPIAnswer {
             statistics.rejected[reason, default: 0] += 1

@@ -86,8 +86,14 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         var status: Int
         var reason: String?
         var timestamp: Int64?
-        var apnsID: String
+        /// The apns-id to echo: the two words its text spells (a canonical id given, read as
+        /// `uuid`, or one made for a request without one), or the text of another spelling as it
+        /// came.
+        var apnsIDText: String?
+        var apnsIDWords: (high: UInt64, low: UInt64)?
         var uuid: UUIDKey?
+        /// The apns-id as text (the broadcast answer's header list).
+        var apnsID: String { apnsIDText ?? apnsIDWords.map { UUIDString.makeVerbatim(high: $0.high, low: $0.low) } ?? "" }
         /// The payload's enqueue stamp in µs since the epoch (0: none, or not measuring).
         var stampMicros: Int64 = 0
         /// The payload's schedule stamp `"s"` (when a paced producer meant to enqueue it), or 0.
@@ -347,7 +353,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     public func connection(_ connection: HTTP2ServerConnection, received request: HTTP2ServerRequest) {
         statistics.streams += 1
         guard let state = connection.userState as? ConnectionState else { return }
-        if request.path.hasPrefix(MockAPNsServer.controlPrefix) {
+        if request.pathHasPrefix(MockAPNsServer.controlPrefix) {
             // Control requests (GET or POST) are never subject to faults.
             let (status, body) = request.method == "GET" || request.method == "POST"
                 ? control(path: request.path) : (405, "{\"reason\":\"MethodNotAllowed\"}")
@@ -365,7 +371,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
             connection.abort()
             return
         }
-        var answer = request.path.hasPrefix(MockAPNsServer.broadcastPrefix)
+        var answer = request.pathHasPrefix(MockAPNsServer.broadcastPrefix)
             ? evaluateBroadcast(request, state: state, certificateAuthenticated: connection.peerCertificateVerified)
             : evaluate(request, state: state, certificateAuthenticated: connection.peerCertificateVerified)
         if answer.status == 200, !state.streamsRaised {
@@ -450,21 +456,21 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
                 latency?.record(stampMicros: answer.stampMicros, nowMicros: now)
                 if answer.scheduledMicros > 0 { latencyFromSchedule?.record(stampMicros: answer.scheduledMicros, nowMicros: now) }
             }
-            connection.respond(streamID: streamID, status: 200, apnsID: answer.apnsID, uniqueID: uniqueID, body: [])
+            connection.respond(streamID: streamID, status: 200, apnsID: answer.apnsIDText, apnsIDWords: answer.apnsIDWords, uniqueID: uniqueID, body: [])
             return
         }
         let reason = answer.reason ?? "Unknown"
         statistics.rejected[reason, default: 0] += 1
         if let garbage = faults.garbageBody, garbage.rate > 0, garbage.rate >= 1 || draw() < garbage.rate {
             statistics.garbageBodies += 1
-            connection.respond(streamID: streamID, status: answer.status, apnsID: answer.apnsID, uniqueID: uniqueID,
+            connection.respond(streamID: streamID, status: answer.status, apnsID: answer.apnsIDText, apnsIDWords: answer.apnsIDWords, uniqueID: uniqueID,
                                body: garbageBody(garbage.kind, reason: reason))
             return
         }
         var body = "{\"reason\":\"\(reason)\""
         if let timestamp = answer.timestamp { body += ",\"timestamp\":\(timestamp)" }
         body += "}"
-        connection.respond(streamID: streamID, status: answer.status, apnsID: answer.apnsID, uniqueID: uniqueID, body: Array(body.utf8))
+        connection.respond(streamID: streamID, status: answer.status, apnsID: answer.apnsIDText, apnsIDWords: answer.apnsIDWords, uniqueID: uniqueID, body: Array(body.utf8))
     }
 
     /// A fresh `apns-unique-id`, as APNs' sandbox sends with every answer (it names the
@@ -489,23 +495,29 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
 
     /// Applies APNs' request rules in the order APNs reports them, then the injected faults.
     func evaluate(_ request: HTTP2ServerRequest, state: ConnectionState, certificateAuthenticated: Bool = false) -> Answer {
-        let headerAPNsID = request.header("apns-id")
-        let uuid = headerAPNsID.value.flatMap(UUIDKey.init(canonical:))
-        var answer = Answer(status: 200, reason: nil, timestamp: nil, apnsID: headerAPNsID.value ?? generatedID(), uuid: uuid)
+        // A canonical apns-id is read from its bytes and echoed from its bits (the same text):
+        // only another spelling is kept as a String, to be echoed as it came.
+        let headerAPNsID = request.headerBytes("apns-id")
+        let uuid = headerAPNsID.flatMap(UUIDKey.init(canonical:))
+        var answer = Answer(status: 200, reason: nil, timestamp: nil,
+                            apnsIDText: uuid == nil ? headerAPNsID.map { String(decoding: $0, as: UTF8.self) } : nil,
+                            apnsIDWords: uuid.map { ($0.high, $0.low) } ?? (headerAPNsID == nil ? UUIDString.stamped(generatedID()) : nil),
+                            uuid: uuid)
         func reject(_ status: Int, _ reason: String) -> Answer {
             answer.status = status
             answer.reason = reason
             return answer
         }
         guard request.method == "POST" else { return reject(405, "MethodNotAllowed") }
+        // The path's bytes after the prefix are the token: no String for the path or the token.
         let prefix = "/3/device/"
-        guard request.path.hasPrefix(prefix) else { return reject(404, "BadPath") }
-        let token = String(request.path.dropFirst(prefix.count))
-        if token.isEmpty { return reject(400, "MissingDeviceToken") }
+        guard request.pathHasPrefix(prefix) else { return reject(404, "BadPath") }
+        let tokenBytes = request.pathBytes[prefix.utf8.count...]
+        if tokenBytes.isEmpty { return reject(400, "MissingDeviceToken") }
         if request.hasDuplicateHeader(prefix: "apns-", orName: "authorization") {
             return reject(400, "DuplicateHeaders")
         }
-        if headerAPNsID.value != nil, uuid == nil { return reject(400, "BadMessageId") }
+        if headerAPNsID != nil, uuid == nil { return reject(400, "BadMessageId") }
 
         // Credentials: a verified client certificate, or a provider token (APNs ignores the header with a certificate).
         let now = configuration.time.nowMilliseconds()
@@ -536,8 +548,11 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         }
         if request.bodyTruncated { return reject(413, "PayloadTooLarge") }
         var notification = Notification(
-            deviceToken: token, topic: topic, pushType: pushType, priority: priority, expiration: expiration,
-            collapseID: request.header("apns-collapse-id").value, apnsID: uuid == nil ? headerAPNsID.value : nil, payload: request.body)
+            deviceToken: "", topic: topic, pushType: pushType, priority: priority, expiration: expiration,
+            collapseID: request.header("apns-collapse-id").value, apnsID: answer.apnsIDText, payload: request.body)
+        // Packed when it is 64 hex digits (either case, which the rules allow), else kept as its
+        // text with ASCII letters folded: the token rule's answer is the same either way.
+        notification.token = DeviceToken(lowercasing: tokenBytes)
         // Parsed as canonical already (`UUIDKey(canonical:)` accepts exactly what `isCanonical`
         // does): the bits skip validation's second pass over the same 36 bytes.
         if let uuid { notification.apnsIDBits = UUIDBits(high: uuid.high, low: uuid.low) }
@@ -551,7 +566,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         // Injected faults.
         // Folded only when a token fault is configured: no String per request otherwise.
         let lowerToken = configuration.unregisteredPrefix == nil && configuration.throttlePrefix == nil && configuration.badTokenPrefixes.isEmpty
-            ? "" : token.lowercased()
+            ? "" : String(decoding: tokenBytes, as: UTF8.self).lowercased()
         if !configuration.badTokenPrefixes.isEmpty, configuration.badTokenPrefixes.contains(where: { lowerToken.hasPrefix($0) }) {
             return reject(400, "BadDeviceToken")
         }
@@ -671,8 +686,8 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         }
     }
 
-    func generatedID() -> String {
-        UUIDString.make(high: random.next(), low: random.next())
+    func generatedID() -> UUIDBits {
+        UUIDBits(high: random.next(), low: random.next())
     }
 }
 
@@ -702,7 +717,18 @@ struct UUIDKey: Hashable {
     /// checked and read in one pass.
     init?(canonical text: String) {
         var text = text
-        guard let parsed = text.withUTF8({ bytes -> (UInt64, UInt64)? in
+        guard let key = text.withUTF8({ UUIDKey(canonical: UnsafeRawBufferPointer($0)) }) else { return nil }
+        self = key
+    }
+
+    /// The same, from the header's bytes.
+    init?(canonical bytes: ArraySlice<UInt8>) {
+        guard let key = bytes.withUnsafeBytes({ UUIDKey(canonical: $0) }) else { return nil }
+        self = key
+    }
+
+    init?(canonical bytes: UnsafeRawBufferPointer) {
+        guard let parsed = { () -> (UInt64, UInt64)? in
             guard bytes.count == 36 else { return nil }
             var high: UInt64 = 0
             var low: UInt64 = 0
@@ -719,7 +745,7 @@ struct UUIDKey: Hashable {
                 digits += 1
             }
             return (high, low)
-        }) else { return nil }
+        }() else { return nil }
         (high, low) = parsed
     }
 }

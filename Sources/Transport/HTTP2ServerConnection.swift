@@ -7,7 +7,11 @@ import Glibc
 public struct HTTP2ServerRequest {
     public internal(set) var streamID: Int32
     public internal(set) var method = ""
-    public internal(set) var path = ""
+    /// `:path` as received. Kept as bytes in the slot's reused buffer: the emulator matches its
+    /// routes and reads a device token from them without a String per request.
+    public internal(set) var pathBytes: [UInt8] = []
+    /// `:path` as text (invalid UTF-8 repaired); made on each call.
+    public var path: String { String(decoding: pathBytes, as: UTF8.self) }
     public internal(set) var authority = ""
     /// Regular (non-pseudo) header fields in arrival order, names lowercase as HTTP/2 requires.
     /// Made on demand: a request keeps its fields as bytes (`fieldBytes`, `fields`), so receiving
@@ -36,7 +40,8 @@ public struct HTTP2ServerRequest {
     mutating func reset(streamID: Int32) {
         self.streamID = streamID
         method = ""
-        path = ""
+        if pathBytes.capacity > Self.keptFieldBytes { pathBytes = [] }
+        pathBytes.removeAll(keepingCapacity: true)
         authority = ""
         if fieldBytes.capacity > Self.keptFieldBytes { fieldBytes = [] }
         if fields.capacity > Self.keptFields { fields = [] }
@@ -52,6 +57,11 @@ public struct HTTP2ServerRequest {
         let valueStart = fieldBytes.count
         fieldBytes.append(contentsOf: value)
         fields.append((nameStart..<valueStart, valueStart..<fieldBytes.count, Self.nameKey(name)))
+    }
+
+    /// Whether `:path` starts with `prefix`.
+    public func pathHasPrefix(_ prefix: String) -> Bool {
+        pathBytes.starts(with: prefix.utf8)
     }
 
     /// A name's length (capped at 255) in the top byte over its first 7 bytes: two names with
@@ -237,7 +247,10 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
     /// the stream is gone, e.g. reset by the client). Builds its header list without allocating.
     /// `uniqueID`, when given, is sent as `apns-unique-id` (as APNs' sandbox does), written
     /// straight into the header scratch: no String per response.
-    public func respond(streamID: Int32, status: Int, apnsID: String?, uniqueID: UUIDBits? = nil, body: [UInt8]) {
+    /// `apnsIDWords`, when `apnsID` is nil, is written the same way as the `apns-id`: the two words
+    /// spelled as they are (`UUIDString.writeVerbatim`).
+    public func respond(streamID: Int32, status: Int, apnsID: String?, apnsIDWords: (high: UInt64, low: UInt64)? = nil,
+                        uniqueID: UUIDBits? = nil, body: [UInt8]) {
         guard let session, isOpen else { return }
         var nva = (nghttp2_nv(), nghttp2_nv(), nghttp2_nv(), nghttp2_nv(), nghttp2_nv())
         var count = 0
@@ -261,16 +274,18 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
                                          flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
                 count += 1
             }
-            add(0, 7, String(status))
-            if let apnsID { add(7, 7, apnsID) }
-            if let uniqueID, used + 36 <= 256 {
+            func add(_ nameOffset: Int, _ nameLength: Int, uuid: (high: UInt64, low: UInt64)) {
+                guard used + 36 <= 256 else { return }
                 let start = responseScratch + used
-                UUIDString.write(uniqueID, into: start)
+                UUIDString.writeVerbatim(high: uuid.high, low: uuid.low, into: start)
                 used += 36
-                list[count] = nghttp2_nv(name: responseNames + 40, value: start, namelen: 14, valuelen: 36,
+                list[count] = nghttp2_nv(name: responseNames + nameOffset, value: start, namelen: nameLength, valuelen: 36,
                                          flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
                 count += 1
             }
+            add(0, 7, String(status))
+            if let apnsID { add(7, 7, apnsID) } else if let apnsIDWords { add(7, 7, uuid: apnsIDWords) }
+            if let uniqueID { add(40, 14, uuid: UUIDString.stamped(uniqueID)) }
             if !body.isEmpty {
                 add(14, 12, "application/json")
                 add(26, 14, String(body.count))
@@ -422,7 +437,9 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
         if name.first == 0x3A {  // ":" pseudo-header
             switch name.count {
             case 7 where name[1] == 0x6D: slots[index].method = String(decoding: value, as: UTF8.self)      // :method
-            case 5 where name[1] == 0x70: slots[index].path = String(decoding: value, as: UTF8.self)        // :path
+            case 5 where name[1] == 0x70:                                                                   // :path
+                slots[index].pathBytes.removeAll(keepingCapacity: true)
+                slots[index].pathBytes.append(contentsOf: value)
             case 10 where name[1] == 0x61: slots[index].authority = String(decoding: value, as: UTF8.self)  // :authority
             default: break                                                                                  // :scheme
             }

@@ -68,4 +68,26 @@ import Testing
         #expect(UUIDString.make(high: 1 << 60, low: 0) == UUIDString.make(high: 0, low: 0))
         #expect(UUIDString.make(high: 0, low: 1 << 62) == UUIDString.make(high: 0, low: 0))
     }
+
+    /// `writeVerbatim` spells the two words as they are: the words a canonical text is read as
+    /// give that text back, and `make` is `stamped` spelled verbatim.
+    @Test func verbatimWordsSpellTheTextTheyWereReadFrom() {
+        func words(_ text: String) -> (UInt64, UInt64) {
+            let digits = text.filter { $0 != "-" }
+            return (UInt64(digits.prefix(16), radix: 16)!, UInt64(digits.suffix(16), radix: 16)!)
+        }
+        for text in ["123e4567-e89b-12d3-a456-426614174000", "00000000-0000-0000-0000-000000000000",
+                     "ffffffff-ffff-ffff-ffff-ffffffffffff", "0123abcd-4567-89ef-0000-fedcba987654"] {
+            let (high, low) = words(text)
+            #expect(UUIDString.makeVerbatim(high: high, low: low) == text)
+        }
+        var generator = SplitMix64(seed: 42)
+        for _ in 0..<1_000 {
+            let bits = UUIDBits(high: generator.next(), low: generator.next())
+            let stamped = UUIDString.stamped(bits)
+            let text = UUIDString.makeVerbatim(high: stamped.high, low: stamped.low)
+            #expect(text == UUIDString.make(bits) && UUIDString.isCanonical(text))
+            #expect(words(text) == (stamped.high, stamped.low))
+        }
+    }
 }
