@@ -66,8 +66,8 @@ public final class JobFactory {
     public let configuration: LoadGenConfiguration
     private let tokens: [[UInt8]]
     private var previousRoot = 0
-    // What `fields` reads per job, copied out of `configuration`: reading a member of the stored
-    // struct retained its references (strings, arrays) each time, about ten atomic retains per job.
+    // What `fields` reads per job, copied out of `configuration`: reading members of the stored
+    // struct retained its references (strings, arrays) for each job.
     private let seed: UInt64
     private let collapseRatio: Double
     private let fanout: Int
