@@ -72,7 +72,8 @@ extension MockAPNsServer {
             return answer
         }
         guard request.method == "POST" else { return reject(405, "MethodNotAllowed") }
-        let bundleID = String(request.path.dropFirst(MockAPNsServer.broadcastPrefix.count))
+        // The rest of the path after the prefix's bytes (the route was matched on bytes).
+        let bundleID = String(decoding: request.pathBytes.dropFirst(MockAPNsServer.broadcastPrefix.utf8.count), as: UTF8.self)
         guard !bundleID.isEmpty, !bundleID.contains("/"), bundleID.utf8.count <= Notification.maxBundleIDBytes else {
             return reject(404, "BadPath")
         }
@@ -206,8 +207,8 @@ extension MockAPNsServer {
             statistics.rejected[reason, default: 0] += 1
             return ChannelAPIAnswer(status: status, headers: headers, body: Array("{\"reason\":\"\(reason)\"}".utf8))
         }
-        guard request.path.hasPrefix(MockAPNsServer.channelsPrefix) else { return reject(404, "BadPath") }
-        let rest = request.path.dropFirst(MockAPNsServer.channelsPrefix.count)
+        guard request.pathHasPrefix(MockAPNsServer.channelsPrefix) else { return reject(404, "BadPath") }
+        let rest = Substring(String(decoding: request.pathBytes.dropFirst(MockAPNsServer.channelsPrefix.utf8.count), as: UTF8.self))
         guard let slash = rest.lastIndex(of: "/") else { return reject(404, "BadPath") }
         let bundleID = String(rest[..<slash])
         let resource = rest[rest.index(after: slash)...]

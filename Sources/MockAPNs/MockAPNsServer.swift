@@ -258,7 +258,11 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     /// | `/_herald/reject-tokens/on` or `off` | answer every provider token 403 InvalidProviderToken, or stop |
     /// | `/_herald/withhold-window/on` or `off` | connections accepted from now on never open their flow-control window again, or do |
     public func control(path: String) -> (status: Int, body: String) {
-        let parts = path.dropFirst(MockAPNsServer.controlPrefix.count).split(separator: "/", omittingEmptySubsequences: false)
+        // The prefix is dropped by its bytes, as requests are routed: a combining mark after it
+        // stays in the name instead of joining the prefix's last character.
+        let rest = path.utf8.starts(with: MockAPNsServer.controlPrefix.utf8)
+            ? String(decoding: path.utf8.dropFirst(MockAPNsServer.controlPrefix.utf8.count), as: UTF8.self) : path
+        let parts = rest.split(separator: "/", omittingEmptySubsequences: false)
         let name = parts.first.map(String.init) ?? ""
         let argument = parts.count == 2 ? String(parts[1]) : nil
         func usage(_ form: String) -> (Int, String) { (400, "{\"error\":\"want \(MockAPNsServer.controlPrefix)\(form)\"}") }

@@ -1,8 +1,8 @@
 import APNs
 import Foundation
-import MockAPNs
+@testable import MockAPNs
 import Testing
-import Transport
+@testable import Transport
 
 extension IntegrationTests {
     /// The emulator's first rules, as an HTTP/2 client other than Herald's sees them (curl, over
@@ -71,7 +71,8 @@ extension IntegrationTests {
             }
             let missing = try post("/3/device/", apnsID: id)
             #expect(missing.status == 400 && missing.reason == "MissingDeviceToken", "\(missing)")
-            // Tokens the rules refuse: odd length, a non-hex digit, too short, too long, not ASCII.
+            // Tokens the rules refuse: odd length, a non-hex digit, too short, too long, a percent
+            // escape (curl sends a non-ASCII path that way), another path segment.
             for bad in [String(token.dropLast()), String(token.dropLast()) + "z", "abcd", String(repeating: "ab", count: 101),
                         String(token.dropLast(2)) + "é", token + "/extra"] {
                 let answer = try post("/3/device/\(bad)", apnsID: id)
@@ -82,6 +83,65 @@ extension IntegrationTests {
             #expect(statistics.accepted == 3, "\(statistics.json())")
             #expect(statistics.rejected["BadPath"] == 5 && statistics.rejected["BadDeviceToken"] == 6
                     && statistics.rejected["BadMessageId"] == 2 && statistics.rejected["MissingDeviceToken"] == 1, "\(statistics.json())")
+        }
+
+        /// Paths no HTTP client here sends as they are (curl percent-escapes them): a combining
+        /// mark right after a route's prefix, and bytes that are not UTF-8. Routes are matched on
+        /// the path's bytes and the rest is taken from the bytes after the prefix, so the mark
+        /// stays in what follows: it neither joins the prefix's `/` (no route) nor vanishes.
+        @Test
+        func pathsAreRoutedAndCutByTheirBytes() async throws {
+            let bed = try await TestBed()
+            defer { bed.shutdown() }
+            let token = Array(TestBed.deviceToken(index: 9, prefix: "ab").utf8)
+            let mark: [UInt8] = [0xCC, 0x81]  // U+0301 COMBINING ACUTE ACCENT
+            @Sendable func request(_ path: [UInt8], pushType: String = "alert", channel: String? = nil) -> HTTP2ServerRequest {
+                var request = HTTP2ServerRequest(streamID: 1)
+                request.method = "POST"
+                request.pathBytes = path
+                var fields = [("apns-topic", TestBed.topic), ("apns-push-type", pushType)]
+                if let channel { fields.append(("apns-channel-id", channel)) }
+                for (name, value) in fields {
+                    Array(name.utf8).withUnsafeBufferPointer { name in
+                        Array(value.utf8).withUnsafeBufferPointer { request.appendField(name: name, value: $0) }
+                    }
+                }
+                request.body = Array(#"{"aps":{"alert":"bytes"}}"#.utf8)
+                return request
+            }
+            let answers = try await bed.onLoop { bed -> [(Int, String?)] in
+                let state = MockAPNsServer.ConnectionState()
+                let paths: [[UInt8]] = [
+                    Array("/3/device/".utf8) + token,                                    // the control case: accepted
+                    Array("/3/device/".utf8) + mark + token.dropLast(2),                 // a mark first: not hex
+                    Array("/3/device/".utf8) + [0xFF, 0xFE] + token.dropLast(2),         // not UTF-8
+                    Array("/3/device/".utf8) + token.dropLast(2) + [0xC3],               // cut in a character
+                ]
+                var answers = paths.map { path -> (Int, String?) in
+                    let answer = bed.server.evaluate(request(path), state: state, certificateAuthenticated: true)
+                    return (answer.status, answer.reason)
+                }
+                let channel = try bed.server.channels.create(bundleID: TestBed.topic, storagePolicy: .mostRecent)
+                for bundle in [Array(TestBed.topic.utf8), mark + Array(TestBed.topic.utf8)] {
+                    let path = Array("/4/broadcasts/apps/".utf8) + bundle
+                    let broadcast = bed.server.evaluateBroadcast(request(path, pushType: "liveactivity", channel: channel.id),
+                                                                 state: state, certificateAuthenticated: true)
+                    answers.append((broadcast.status, broadcast.reason))
+                }
+                let control = bed.server.control(path: String(decoding: Array("/_herald/".utf8) + mark + Array("stats".utf8), as: UTF8.self))
+                answers.append((control.status, nil))
+                return answers
+            }
+            #expect(answers[0].0 == 200, "\(answers[0])")
+            for index in 1...3 {
+                #expect(answers[index].0 == 400 && answers[index].1 == "BadDeviceToken", "path \(index): \(answers[index])")
+            }
+            // A broadcast on the app's channel is judged past the channel (its payload is not a Live
+            // Activity's); with the mark the bundle id keeps it, and the app has no such channel.
+            #expect(answers[4].1 != "ChannelNotRegistered", "\(answers[4])")
+            #expect(answers[5].1 == "ChannelNotRegistered", "\(answers[5])")
+            // No control path is named with a mark in front.
+            #expect(answers[6].0 == 404, "\(answers[6])")
         }
     }
 }
