@@ -58,11 +58,9 @@ extension MockAPNsServer {
     /// `apns-channel-id`, `apns-priority`, `apns-expiration` against the channel's storage policy,
     /// then the payload (5120 bytes, Live Activity rules).
     func evaluateBroadcast(_ request: HTTP2ServerRequest, state: ConnectionState, certificateAuthenticated: Bool) -> Answer {
-        let headerAPNsID = request.header("apns-id")
-        let uuid = headerAPNsID.value.flatMap(UUIDKey.init(canonical:))
-        var answer = Answer(status: 200, reason: nil, timestamp: nil, apnsIDText: uuid == nil ? headerAPNsID.value : nil,
-                            apnsIDWords: uuid.map { ($0.high, $0.low) } ?? (headerAPNsID.value == nil ? UUIDString.stamped(generatedID()) : nil),
-                            uuid: uuid)
+        let headerAPNsID = request.headerBytes("apns-id")
+        var answer = acceptedAnswer(apnsID: headerAPNsID)
+        let uuid = answer.uuid
         func reject(_ status: Int, _ reason: String) -> Answer {
             answer.status = status
             answer.reason = reason
@@ -80,7 +78,7 @@ extension MockAPNsServer {
         if request.hasDuplicateHeader(prefix: "apns-", orName: "authorization") {
             return reject(400, "DuplicateHeaders")
         }
-        if headerAPNsID.value != nil, uuid == nil { return reject(400, "BadMessageId") }
+        if headerAPNsID != nil, uuid == nil { return reject(400, "BadMessageId") }
         let now = configuration.time.nowMilliseconds()
         if !certificateAuthenticated, let (status, reason) = providerTokenRejection(request, state: state, now: now) {
             return reject(status, reason)

@@ -499,14 +499,9 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
 
     /// Applies APNs' request rules in the order APNs reports them, then the injected faults.
     func evaluate(_ request: HTTP2ServerRequest, state: ConnectionState, certificateAuthenticated: Bool = false) -> Answer {
-        // A canonical apns-id is read from its bytes and echoed from its bits (the same text):
-        // only another spelling is kept as a String, to be echoed as it came.
         let headerAPNsID = request.headerBytes("apns-id")
-        let uuid = headerAPNsID.flatMap(UUIDKey.init(canonical:))
-        var answer = Answer(status: 200, reason: nil, timestamp: nil,
-                            apnsIDText: uuid == nil ? headerAPNsID.map { String(decoding: $0, as: UTF8.self) } : nil,
-                            apnsIDWords: uuid.map { ($0.high, $0.low) } ?? (headerAPNsID == nil ? UUIDString.stamped(generatedID()) : nil),
-                            uuid: uuid)
+        var answer = acceptedAnswer(apnsID: headerAPNsID)
+        let uuid = answer.uuid
         func reject(_ status: Int, _ reason: String) -> Answer {
             answer.status = status
             answer.reason = reason
@@ -690,6 +685,17 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         }
     }
 
+    /// A 200 answer echoing the request's `apns-id` header (nil: none): a canonical id is read
+    /// from its bytes and echoed from its two words (the same text); another spelling is kept as
+    /// text, to be echoed as it came; a request without one gets a fresh id.
+    func acceptedAnswer(apnsID header: ArraySlice<UInt8>?) -> Answer {
+        let uuid = header.flatMap(UUIDKey.init(canonical:))
+        return Answer(status: 200, reason: nil, timestamp: nil,
+                      apnsIDText: uuid == nil ? header.map { String(decoding: $0, as: UTF8.self) } : nil,
+                      apnsIDWords: uuid.map { ($0.high, $0.low) } ?? (header == nil ? UUIDString.stamped(generatedID()) : nil),
+                      uuid: uuid)
+    }
+
     func generatedID() -> UUIDBits {
         UUIDBits(high: random.next(), low: random.next())
     }
@@ -732,24 +738,22 @@ struct UUIDKey: Hashable {
     }
 
     init?(canonical bytes: UnsafeRawBufferPointer) {
-        guard let parsed = { () -> (UInt64, UInt64)? in
-            guard bytes.count == 36 else { return nil }
-            var high: UInt64 = 0
-            var low: UInt64 = 0
-            var digits = 0
-            for position in 0..<36 {
-                let byte = bytes[position]
-                if position == 8 || position == 13 || position == 18 || position == 23 {
-                    guard byte == 0x2D else { return nil }
-                    continue
-                }
-                let value: UInt8
-                if byte &- 0x30 < 10 { value = byte &- 0x30 } else if byte &- 0x61 < 6 { value = byte &- 0x61 &+ 10 } else { return nil }
-                if digits < 16 { high = high << 4 | UInt64(value) } else { low = low << 4 | UInt64(value) }
-                digits += 1
+        guard bytes.count == 36 else { return nil }
+        var high: UInt64 = 0
+        var low: UInt64 = 0
+        var digits = 0
+        for position in 0..<36 {
+            let byte = bytes[position]
+            if position == 8 || position == 13 || position == 18 || position == 23 {
+                guard byte == 0x2D else { return nil }
+                continue
             }
-            return (high, low)
-        }() else { return nil }
-        (high, low) = parsed
+            let value: UInt8
+            if byte &- 0x30 < 10 { value = byte &- 0x30 } else if byte &- 0x61 < 6 { value = byte &- 0x61 &+ 10 } else { return nil }
+            if digits < 16 { high = high << 4 | UInt64(value) } else { low = low << 4 | UInt64(value) }
+            digits += 1
+        }
+        self.high = high
+        self.low = low
     }
 }

@@ -46,7 +46,8 @@ public final class Enqueuer: RedisConnectionDelegate {
     public private(set) var maxBehindMicros: Int64 = 0
     private var startMicros: Int64 = 0
     private var startMonotonicMicros: Int64 = 0
-    private var unshardedCompletion: RedisConnection.RawCompletion?
+    /// Every unsharded XADD's completion (the shard's index is its only per-job state).
+    private lazy var unshardedCompletion: RedisConnection.RawCompletion = { [weak self] in self?.answered($0, shard: -1) }
     /// Called on the loop once the last job was added (or the run failed).
     public var onFinished: (() -> Void)?
     /// Stop the loop when finished (a command's private loop); false on a shared loop thread.
@@ -152,13 +153,7 @@ public final class Enqueuer: RedisConnectionDelegate {
         // The reply (the new entry's id) is read from the tape, not made into a value, and an
         // unsharded job shares one completion: a paced run makes tens of thousands of jobs a
         // second on the cores of the worker it measures.
-        let completion: RedisConnection.RawCompletion
-        if shard < 0 {
-            if unshardedCompletion == nil { unshardedCompletion = { [weak self] in self?.answered($0, shard: -1) } }
-            completion = unshardedCompletion!
-        } else {
-            completion = { [weak self] in self?.answered($0, shard: shard) }
-        }
+        let completion: RedisConnection.RawCompletion = shard < 0 ? unshardedCompletion : { [weak self] in self?.answered($0, shard: shard) }
         connection.sendRaw(argumentCount: 3 + fields.count * 2, { builder in
             builder.add("XADD"); builder.add(stream); builder.add("*")
             for field in fields {

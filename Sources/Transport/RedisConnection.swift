@@ -293,11 +293,16 @@ public final class RedisConnection: IOHandler, TickObserver {
 
     /// Queues one command built by `build`, which appends arguments to `RedisCommandBuilder`.
     public func send(argumentCount: Int, _ build: (inout RedisCommandBuilder) -> Void, _ completion: Completion? = nil) {
+        appendCommand(argumentCount: argumentCount, build)
+        endCommand(completion)
+    }
+
+    /// Writes one command of `argumentCount` arguments, appended by `build`.
+    private func appendCommand(argumentCount: Int, _ build: (inout RedisCommandBuilder) -> Void) {
         beginCommand(count: argumentCount)
         var builder = RedisCommandBuilder(connection: self)
         build(&builder)
         precondition(builder.written == argumentCount, "RESP argument count mismatch: declared \(argumentCount), wrote \(builder.written)")
-        endCommand(completion)
     }
 
     func beginCommand(count: Int) {
@@ -394,10 +399,7 @@ public final class RedisConnection: IOHandler, TickObserver {
     /// Queues one command built by `build`, whose reply is read straight from the tape (see
     /// `RawCompletion`): no reply value is made for it.
     public func sendRaw(argumentCount: Int, _ build: (inout RedisCommandBuilder) -> Void, _ completion: @escaping RawCompletion) {
-        beginCommand(count: argumentCount)
-        var builder = RedisCommandBuilder(connection: self)
-        build(&builder)
-        precondition(builder.written == argumentCount, "RESP argument count mismatch: declared \(argumentCount), wrote \(builder.written)")
+        appendCommand(argumentCount: argumentCount, build)
         endCommand(.raw(completion))
     }
 
