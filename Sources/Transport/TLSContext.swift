@@ -75,6 +75,7 @@ public final class TLSContext: @unchecked Sendable {
         // No SSL_MODE_RELEASE_BUFFERS here: a worker has a handful of busy connections, and
         // releasing would free and re-allocate (zeroed) the ~17 KB record buffers on every write.
         _ = herald_SSL_CTX_set_mode(ctx, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
+        TLSContext.readAhead(ctx)
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nil)
         if systemStore || caFile == nil, SSL_CTX_set_default_verify_paths(ctx) != 1 {
             throw .configuration(OpenSSLError(operation: "loading the system CA bundle"))
@@ -156,6 +157,7 @@ public final class TLSContext: @unchecked Sendable {
         requiresHTTP2 = true
         _ = herald_SSL_CTX_set_min_proto_version(ctx, herald_TLS1_2_VERSION())
         _ = herald_SSL_CTX_set_mode(ctx, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS))
+        TLSContext.readAhead(ctx)
         if SSL_CTX_use_certificate_chain_file(ctx, certificateFile) != 1 {
             throw .configuration(OpenSSLError(operation: "loading the certificate \(certificateFile)"))
         }
@@ -189,6 +191,14 @@ public final class TLSContext: @unchecked Sendable {
             }
             return herald_SSL_TLSEXT_ERR_NOACK()
         }, nil)
+    }
+
+    /// Lets OpenSSL read as many bytes as the socket has into its record buffer, instead of a
+    /// record's 5-byte header and then its body: two `read` calls per TLS record become one per
+    /// readiness event. Safe because every reader of a `TLSStream` reads until OpenSSL wants more
+    /// from the socket (records read ahead raise no further readiness event).
+    private static func readAhead(_ ctx: OpaquePointer) {
+        _ = SSL_CTX_ctrl(ctx, SSL_CTRL_SET_READ_AHEAD, 1, nil)
     }
 
     deinit {
