@@ -4,6 +4,18 @@ extension UUIDBits {
     /// `apns-unique-id` response header in place, so a response without one costs nothing and
     /// one with it costs no allocation.
     public init?(uuidText bytes: UnsafeBufferPointer<UInt8>) {
+        guard let bits = UUIDBits.parse(UnsafeRawBufferPointer(bytes), eitherCase: true) else { return nil }
+        self = bits
+    }
+
+    /// The same for the canonical form only: lowercase `8-4-4-4-12` (`UUIDString.isCanonical`),
+    /// what APNs accepts in an `apns-id`; checked and read in one pass.
+    public init?(canonicalUUIDText bytes: UnsafeRawBufferPointer) {
+        guard let bits = UUIDBits.parse(bytes, eitherCase: false) else { return nil }
+        self = bits
+    }
+
+    private static func parse(_ bytes: UnsafeRawBufferPointer, eitherCase: Bool) -> UUIDBits? {
         guard bytes.count == 36 else { return nil }
         var high: UInt64 = 0
         var low: UInt64 = 0
@@ -14,18 +26,19 @@ extension UUIDBits {
                 guard byte == UInt8(ascii: "-") else { return nil }
                 continue
             }
+            let letter = eitherCase ? byte | 0x20 : byte
             let value: UInt8
             if byte &- 0x30 < 10 {
                 value = byte &- 0x30
-            } else if (byte | 0x20) &- 0x61 < 6 {
-                value = (byte | 0x20) &- 0x61 &+ 10
+            } else if letter &- 0x61 < 6 {
+                value = letter &- 0x61 &+ 10
             } else {
                 return nil
             }
             if digits < 16 { high = high << 4 | UInt64(value) } else { low = low << 4 | UInt64(value) }
             digits += 1
         }
-        self.init(high: high, low: low)
+        return UUIDBits(high: high, low: low)
     }
 
     /// The bits as lowercase `8-4-4-4-12` text: the inverse of `init?(uuidText:)`.

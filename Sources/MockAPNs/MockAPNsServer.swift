@@ -738,22 +738,8 @@ struct UUIDKey: Hashable {
     }
 
     init?(canonical bytes: UnsafeRawBufferPointer) {
-        guard bytes.count == 36 else { return nil }
-        var high: UInt64 = 0
-        var low: UInt64 = 0
-        var digits = 0
-        for position in 0..<36 {
-            let byte = bytes[position]
-            if position == 8 || position == 13 || position == 18 || position == 23 {
-                guard byte == 0x2D else { return nil }
-                continue
-            }
-            let value: UInt8
-            if byte &- 0x30 < 10 { value = byte &- 0x30 } else if byte &- 0x61 < 6 { value = byte &- 0x61 &+ 10 } else { return nil }
-            if digits < 16 { high = high << 4 | UInt64(value) } else { low = low << 4 | UInt64(value) }
-            digits += 1
-        }
-        self.high = high
-        self.low = low
+        guard let bits = UUIDBits(canonicalUUIDText: bytes) else { return nil }
+        high = bits.high
+        low = bits.low
     }
 }

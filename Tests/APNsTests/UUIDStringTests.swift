@@ -90,4 +90,22 @@ import Testing
             #expect(words(text) == (stamped.high, stamped.low))
         }
     }
+
+    /// `UUIDBits(uuidText:)` reads either case (an `apns-unique-id` as APNs writes it),
+    /// `UUIDBits(canonicalUUIDText:)` only lowercase (an `apns-id` as APNs accepts it); both
+    /// give the same bits for the same digits and refuse anything but `8-4-4-4-12` hex.
+    @Test func uuidTextReadsEitherCaseAndTheCanonicalFormOnlyLowercase() {
+        let lower = "8f1d3c1e-5a7b-4c2d-9e0f-123456789abc"
+        let expected = UUIDBits(high: 0x8f1d_3c1e_5a7b_4c2d, low: 0x9e0f_1234_5678_9abc)
+        func either(_ text: String) -> UUIDBits? { Array(text.utf8).withUnsafeBufferPointer { UUIDBits(uuidText: $0) } }
+        func canonical(_ text: String) -> UUIDBits? { Array(text.utf8).withUnsafeBytes { UUIDBits(canonicalUUIDText: $0) } }
+        #expect(either(lower) == expected && canonical(lower) == expected)
+        #expect(either(lower.uppercased()) == expected && either("8F1d3C1e-5a7B-4c2d-9E0f-123456789AbC") == expected)
+        #expect(canonical(lower.uppercased()) == nil && canonical("8f1d3c1e-5a7b-4c2d-9e0f-123456789abC") == nil)
+        #expect(either(lower).map(\.uuidText) == lower)
+        for bad in [String(lower.dropLast()), lower + "0", "8f1d3c1e5a7b-4c2d-9e0f-123456789abc-",
+                    "8f1d3c1e-5a7b-4c2d-9e0f-123456789abg", "8f1d3c1e-5a7b-4c2d-9e0f_123456789abc", ""] {
+            #expect(either(bad) == nil && canonical(bad) == nil, "\(bad)")
+        }
+    }
 }
