@@ -108,4 +108,59 @@ import Testing
             #expect(either(bad) == nil && canonical(bad) == nil, "\(bad)")
         }
     }
+
+    /// Every byte value at every position of a lowercase and a mixed-case id, in both modes,
+    /// against a byte-by-byte reading of the rule: the word-at-a-time parse takes exactly the
+    /// texts that reading takes (and no others) and gives the same bits. Random ids round-trip.
+    @Test func uuidTextParseAgreesWithAByteByByteReadingForEveryByteAtEveryPosition() {
+        func reference(_ text: [UInt8], eitherCase: Bool) -> UUIDBits? {
+            guard text.count == 36 else { return nil }
+            var high: UInt64 = 0
+            var low: UInt64 = 0
+            var digits = 0
+            for (position, byte) in text.enumerated() {
+                if [8, 13, 18, 23].contains(position) {
+                    if byte != UInt8(ascii: "-") { return nil }
+                    continue
+                }
+                let value: UInt8
+                switch byte {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"): value = byte - UInt8(ascii: "0")
+                case UInt8(ascii: "a")...UInt8(ascii: "f"): value = byte - UInt8(ascii: "a") + 10
+                case UInt8(ascii: "A")...UInt8(ascii: "F") where eitherCase: value = byte - UInt8(ascii: "A") + 10
+                default: return nil
+                }
+                if digits < 16 { high = high << 4 | UInt64(value) } else { low = low << 4 | UInt64(value) }
+                digits += 1
+            }
+            return UUIDBits(high: high, low: low)
+        }
+        var disagreements: [String] = []
+        var accepted = 0
+        for base in ["0123abcd-ef45-6789-a0b1-c2d3e4f56789", "0123ABCD-eF45-6789-A0b1-C2D3E4F56789"] {
+            for position in 0..<36 {
+                for byte in 0...255 {
+                    var text = Array(base.utf8)
+                    text[position] = UInt8(byte)
+                    let either = text.withUnsafeBufferPointer { UUIDBits(uuidText: $0) }
+                    let canonical = text.withUnsafeBytes { UUIDBits(canonicalUUIDText: $0) }
+                    if either != reference(text, eitherCase: true) || canonical != reference(text, eitherCase: false) {
+                        disagreements.append("\(base) with byte \(byte) at \(position)")
+                    }
+                    if canonical != nil { accepted += 1 }
+                }
+            }
+        }
+        #expect(disagreements.isEmpty, "\(disagreements.prefix(5))")
+        // The lowercase base takes the 16 lowercase digits at each of its 32 digit positions and
+        // only "-" at the 4 others; the mixed-case one is never canonical.
+        #expect(accepted == 32 * 16 + 4)
+        var random = SplitMix64(seed: 7)
+        for _ in 0..<1_000 {
+            let bits = UUIDBits(high: random.next(), low: random.next())
+            let text = Array(bits.uuidText.utf8)
+            #expect(text.withUnsafeBytes { UUIDBits(canonicalUUIDText: $0) } == bits)
+            #expect(Array(bits.uuidText.uppercased().utf8).withUnsafeBufferPointer { UUIDBits(uuidText: $0) } == bits)
+        }
+    }
 }
