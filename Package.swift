@@ -81,7 +81,7 @@ let package = Package(
         .target(
             name: "MockAPNs",
             dependencies: [
-                "APNs", "Transport", .product(name: "Logging", package: "swift-log"),
+                "APNs", "Transport", "CHeraldShims", .product(name: "Logging", package: "swift-log"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ],
             swiftSettings: swiftSettings),

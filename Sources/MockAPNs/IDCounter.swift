@@ -1,3 +1,4 @@
+import CHeraldShims
 import Glibc
 
 /// How many times each apns-id was accepted: the emulator's duplicate detector.
@@ -73,6 +74,13 @@ struct IDCounter {
             index = (index + 1) & mask
         }
         return (index, false)
+    }
+
+    /// Asks the caches for `key`'s home slot ahead of `increment(key)`: that lookup is a miss on
+    /// a random slot of a table far larger than the caches, and the request's other checks (its
+    /// provider token, its payload) can run while the slot's line comes in.
+    func prefetch(_ key: UUIDKey) {
+        herald_prefetch_for_write(table.slots + IDCounter.home(key, shift: shift))
     }
 
     /// Counts one more acceptance of `key`; returns its count so far.

@@ -502,6 +502,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         let headerAPNsID = request.headerBytes("apns-id")
         var answer = acceptedAnswer(apnsID: headerAPNsID)
         let uuid = answer.uuid
+        if let uuid { acceptedIDs.prefetch(uuid) }
         func reject(_ status: Int, _ reason: String) -> Answer {
             answer.status = status
             answer.reason = reason
