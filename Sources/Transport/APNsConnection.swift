@@ -328,6 +328,13 @@ public final class APNsConnection: HTTP2Endpoint {
     }
 
     /// Moves nghttp2's next client stream id (odd), so a test can reach the end of the id space.
+    /// Bytes held in the HPACK table of the headers this connection receives (0 before the session).
+    @_spi(Testing)
+    public var receivedHeaderTableSize: Int {
+        guard let session else { return 0 }
+        return nghttp2_session_get_hd_inflate_dynamic_table_size(session)
+    }
+
     @_spi(Testing)
     public func setNextStreamID(_ id: Int32) -> Bool {
         guard let session else { return false }

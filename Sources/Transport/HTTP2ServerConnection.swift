@@ -274,17 +274,26 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
                                          flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
                 count += 1
             }
+            // An id differs in every response: indexed, each one would push an entry out of both
+            // sides' HPACK tables (an allocation and a copy on each), and nghttp2's encoder, whose
+            // table keeps every entry of one name in one chain, compared each new id with all
+            // those still held (5 % of the emulator's CPU). Sent without indexing, it is coded once.
+            let unindexed = UInt8(NGHTTP2_NV_FLAG_NO_INDEX.rawValue)
             func add(_ nameOffset: Int, _ nameLength: Int, uuid: (high: UInt64, low: UInt64)) {
                 guard used + 36 <= 256 else { return }
                 let start = responseScratch + used
                 UUIDString.writeVerbatim(high: uuid.high, low: uuid.low, into: start)
                 used += 36
-                list[count] = nghttp2_nv(name: responseNames + nameOffset, value: start, namelen: nameLength, valuelen: 36,
-                                         flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
+                list[count] = nghttp2_nv(name: responseNames + nameOffset, value: start, namelen: nameLength, valuelen: 36, flags: unindexed)
                 count += 1
             }
             add(0, 7, String(status))
-            if let apnsID { add(7, 7, apnsID) } else if let apnsIDWords { add(7, 7, uuid: apnsIDWords) }
+            if let apnsID {
+                add(7, 7, apnsID)
+                list[count - 1].flags = unindexed
+            } else if let apnsIDWords {
+                add(7, 7, uuid: apnsIDWords)
+            }
             if let uniqueID { add(40, 14, uuid: UUIDString.stamped(uniqueID)) }
             if !body.isEmpty {
                 add(14, 12, "application/json")

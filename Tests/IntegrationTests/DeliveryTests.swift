@@ -93,6 +93,22 @@ extension IntegrationTests {
             #expect(try await bed.onLoop { bed in bed.server.currentStatistics.acceptedUnique } == 20)
         }
 
+        /// The emulator sends each answer's `apns-id` without HPACK indexing: ids that differ in
+        /// every answer would only churn the client's header table (an entry added and one
+        /// evicted per answer, on both sides). Its table holds no apns-id after hundreds of answers.
+        @Test
+        func emulatorAnswersDoNotIndexTheirIDs() async throws {
+            let bed = try await TestBed()
+            defer { bed.shutdown() }
+            try await Self.deliverOnOneConnection(300, bed)
+            let (size, accepted) = try await bed.onLoop { bed in
+                (bed.pool.connections.first?.receivedHeaderTableSize ?? -1, bed.server.currentStatistics.acceptedUnique)
+            }
+            #expect(accepted == 300)
+            // One indexed id would take 7 + 36 + 32 = 75 bytes.
+            #expect(size >= 0 && size < 75, "the client's table holds \(size) bytes")
+        }
+
         /// A connection has 2^30 client stream ids; a busy one uses them up in hours. It is then
         /// retired like a GOAWAY and replaced, and nothing is lost or sent twice.
         @Test
