@@ -303,15 +303,20 @@ struct InMemoryHTTP2Tests {
             while pump() > 0 && rounds < 50 { rounds += 1 }
         }
         #expect(clientDelegate.outcomes.count == 500 && clientDelegate.outcomes.values.allSatisfy { $0 == .accepted })
-        let running = client.poolUsage
-        #expect(running.liveBlocks > 0, "the session allocates from the pool")
-        #expect(running.heldBytes > 0, "finished streams' blocks wait in the free lists")
+        // Both ends: the server's session (the emulator's) allocates from its own pool too.
+        for (end, usage) in [("client", client.poolUsage), ("server", pair.server.poolUsage)] {
+            #expect(usage.liveBlocks > 0, "the \(end)'s session allocates from the pool")
+            #expect(usage.heldBytes > 0, "finished streams' blocks wait in the \(end)'s free lists")
+        }
 
         client.close()
         let closed = client.poolUsage
         #expect(closed.liveBlocks == 0, "nghttp2 returned every block when the session was deleted: \(closed)")
         #expect(closed.heldBytes <= 2 * 1024 * 1024, "the free lists are capped")
         #expect(clientDelegate.closed)
+        pair.server.terminate(nil)
+        let serverClosed = pair.server.poolUsage
+        #expect(serverClosed.liveBlocks == 0 && serverClosed.heldBytes <= 2 * 1024 * 1024, "\(serverClosed)")
     }
 
     /// The client's first SETTINGS turn the RFC 7540 priority tree off (RFC 9218's
