@@ -183,7 +183,9 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
     private var ready: [Int32] = []
     private var responses: [Int32: [UInt8]] = [:]
     private var responseOffsets: [Int32: Int] = [:]
-    private let responseScratch = UnsafeMutablePointer<UInt8>.allocate(capacity: 256)
+    /// What `respond` writes a usual answer's header values into (see there).
+    private static let responseScratchBytes = 256
+    private let responseScratch = UnsafeMutablePointer<UInt8>.allocate(capacity: HTTP2ServerConnection.responseScratchBytes)
     private let responseNames: UnsafeMutablePointer<UInt8>
 
     private static let nameBytes = Array(":statusapns-idcontent-typecontent-lengthapns-unique-id".utf8)
@@ -258,13 +260,20 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
         var nva = (nghttp2_nv(), nghttp2_nv(), nghttp2_nv(), nghttp2_nv(), nghttp2_nv())
         var count = 0
         var used = 0
+        // Every value whole: the status and a content-length (at most 20 digits each), the
+        // apns-id as the client sent it (any length a header block can carry) or 36 bytes,
+        // the unique id, the content type. The usual answer fits the connection's scratch; a
+        // longer one (a client's oversized apns-id echoed back) gets a buffer of its own.
+        let needed = 20 + (apnsID?.utf8.count ?? 36) + 36 + 16 + 20
+        let capacity = max(needed, HTTP2ServerConnection.responseScratchBytes)
+        let scratch = needed <= HTTP2ServerConnection.responseScratchBytes ? responseScratch : .allocate(capacity: capacity)
+        defer { if scratch != responseScratch { scratch.deallocate() } }
         func value(_ text: String) -> (UnsafeMutablePointer<UInt8>, Int) {
             var text = text
-            let start = responseScratch + used
+            let start = scratch + used
             let length = text.withUTF8 { bytes -> Int in
-                let length = min(bytes.count, 256 - used)
-                start.update(from: bytes.baseAddress!, count: length)
-                return length
+                if let base = bytes.baseAddress { start.update(from: base, count: bytes.count) }
+                return bytes.count
             }
             used += length
             return (start, length)
@@ -283,8 +292,7 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
             // those still held (5 % of the emulator's CPU). Sent without indexing, it is coded once.
             let unindexed = UInt8(NGHTTP2_NV_FLAG_NO_INDEX.rawValue)
             func add(_ nameOffset: Int, _ nameLength: Int, uuid: (high: UInt64, low: UInt64)) {
-                guard used + 36 <= 256 else { return }
-                let start = responseScratch + used
+                let start = scratch + used
                 UUIDString.writeVerbatim(high: uuid.high, low: uuid.low, into: start)
                 used += 36
                 list[count] = nghttp2_nv(name: responseNames + nameOffset, value: start, namelen: nameLength, valuelen: 36, flags: unindexed)

@@ -15,7 +15,8 @@ extension IntegrationTests {
             let status: Int
             let reason: String?
             let apnsID: String?
-            var description: String { "\(status) \(reason ?? "-") apns-id \(apnsID ?? "none")" }
+            var uniqueID: String? = nil
+            var description: String { "\(status) \(reason ?? "-") apns-id \(apnsID.map { String($0.prefix(40)) } ?? "none") (\(apnsID?.count ?? 0) characters) unique id \(uniqueID ?? "none")" }
         }
 
         /// POST `path` with a valid provider token and topic (and `apnsID` when given).
@@ -31,10 +32,13 @@ extension IntegrationTests {
             if let apnsID { arguments += ["-H", "apns-id: \(apnsID)"] }
             let (_, output) = try OperationsHTTP.run("/usr/bin/env", arguments + ["https://127.0.0.1:\(port)\(path)"])
             let headerText = (try? String(contentsOfFile: headers, encoding: .utf8)) ?? ""
-            let echoed = headerText.split(separator: "\r\n").first { $0.lowercased().hasPrefix("apns-id:") }
-                .map { $0.dropFirst("apns-id:".count).trimmingCharacters(in: .whitespaces) }
+            func header(_ name: String) -> String? {
+                headerText.split(separator: "\r\n").first { $0.lowercased().hasPrefix(name + ":") }
+                    .map { $0.dropFirst(name.count + 1).trimmingCharacters(in: .whitespaces) }
+            }
             let json = FileManager.default.contents(atPath: body).flatMap { try? JSONSerialization.jsonObject(with: $0) }
-            return Answer(status: Int(output) ?? 0, reason: (json as? [String: Any])?["reason"] as? String, apnsID: echoed)
+            return Answer(status: Int(output) ?? 0, reason: (json as? [String: Any])?["reason"] as? String, apnsID: header("apns-id"),
+                          uniqueID: header("apns-unique-id"))
         }
 
         @Test
@@ -83,6 +87,33 @@ extension IntegrationTests {
             #expect(statistics.accepted == 3, "\(statistics.json())")
             #expect(statistics.rejected["BadPath"] == 5 && statistics.rejected["BadDeviceToken"] == 6
                     && statistics.rejected["BadMessageId"] == 2 && statistics.rejected["MissingDeviceToken"] == 1, "\(statistics.json())")
+        }
+
+        /// An apns-id longer than any id, answered with the sandbox's apns-unique-id on: the id
+        /// comes back whole (APNs echoes what it was sent), with the unique id and a whole JSON
+        /// body. The answer's values once went into a fixed 256-byte scratch, which cut a long id
+        /// short and then left the unique id out and the body's headers empty.
+        @Test
+        func anOversizedApnsIDIsEchoedWholeBesideTheUniqueIDAndTheBody() async throws {
+            try #require(OperationsHTTP.curlHasHTTP2, "curl with HTTP/2 is needed")
+            let bed = try await TestBed(emulator: { $0.uniqueIDs = true })
+            defer { bed.shutdown() }
+            let port = try await bed.onLoop { $0.server.port }
+            let jwt = try bed.validJWT()
+            let directory = try TemporaryDirectory(prefix: "herald-rules")
+            let token = TestBed.deviceToken(index: 7, prefix: "ab")
+            for length in [37, 200, 300, 4_000] {
+                let id = String(repeating: "7", count: length)
+                let answer = try Self.post("/3/device/\(token)", apnsID: id, bed: bed, port: port, jwt: jwt, directory: directory)
+                #expect(answer.status == 400 && answer.reason == "BadMessageId" && answer.apnsID == id, "\(length): \(answer)")
+                #expect(answer.uniqueID.map(UUIDString.isCanonical) == true, "\(length): \(answer)")
+            }
+            // The connection's own scratch serves the usual answer again afterwards.
+            let id = "123e4567-e89b-12d3-a456-426614174000"
+            let accepted = try Self.post("/3/device/\(token)", apnsID: id, bed: bed, port: port, jwt: jwt, directory: directory)
+            #expect(accepted.status == 200 && accepted.apnsID == id && accepted.uniqueID.map(UUIDString.isCanonical) == true, "\(accepted)")
+            let statistics = try await bed.statistics()
+            #expect(statistics.accepted == 1 && statistics.rejected["BadMessageId"] == 4, "\(statistics.json())")
         }
 
         /// Paths no HTTP client here sends as they are (curl percent-escapes them): a combining
