@@ -327,7 +327,6 @@ public final class APNsConnection: HTTP2Endpoint {
         }
     }
 
-    /// Moves nghttp2's next client stream id (odd), so a test can reach the end of the id space.
     /// Bytes held in the HPACK table of the headers this connection receives (0 before the session).
     @_spi(Testing)
     public var receivedHeaderTableSize: Int {
@@ -335,6 +334,7 @@ public final class APNsConnection: HTTP2Endpoint {
         return nghttp2_session_get_hd_inflate_dynamic_table_size(session)
     }
 
+    /// Moves nghttp2's next client stream id (odd), so a test can reach the end of the id space.
     @_spi(Testing)
     public func setNextStreamID(_ id: Int32) -> Bool {
         guard let session else { return false }
