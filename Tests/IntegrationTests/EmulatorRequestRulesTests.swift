@@ -108,7 +108,7 @@ extension IntegrationTests {
                 #expect(answer.status == 400 && answer.reason == "BadMessageId" && answer.apnsID == id, "\(length): \(answer)")
                 #expect(answer.uniqueID.map(UUIDString.isCanonical) == true, "\(length): \(answer)")
             }
-            // The connection's own scratch serves the usual answer again afterwards.
+            // A usual answer after them (its values in the connection's own scratch) is whole too.
             let id = "123e4567-e89b-12d3-a456-426614174000"
             let accepted = try Self.post("/3/device/\(token)", apnsID: id, bed: bed, port: port, jwt: jwt, directory: directory)
             #expect(accepted.status == 200 && accepted.apnsID == id && accepted.uniqueID.map(UUIDString.isCanonical) == true, "\(accepted)")
