@@ -35,7 +35,7 @@ extension UUIDBits {
     /// The value of the eight hex digits in `word` (the first digit in its lowest byte, as read
     /// from memory), or nil if a byte is not one: lowercase only unless `eitherCase`.
     @inline(__always)
-    static func hexDigits(_ word: UInt64, eitherCase: Bool) -> UInt64? {
+    private static func hexDigits(_ word: UInt64, eitherCase: Bool) -> UInt64? {
         let ones: UInt64 = 0x0101_0101_0101_0101
         let tops: UInt64 = 0x8080_8080_8080_8080
         guard word & tops == 0 else { return nil }

@@ -265,8 +265,7 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
         // the unique id, the content type. The usual answer fits the connection's scratch; a
         // longer one (a client's oversized apns-id echoed back) gets a buffer of its own.
         let needed = 20 + (apnsID?.utf8.count ?? 36) + 36 + 16 + 20
-        let capacity = max(needed, HTTP2ServerConnection.responseScratchBytes)
-        let scratch = needed <= HTTP2ServerConnection.responseScratchBytes ? responseScratch : .allocate(capacity: capacity)
+        let scratch = needed <= HTTP2ServerConnection.responseScratchBytes ? responseScratch : .allocate(capacity: needed)
         defer { if scratch != responseScratch { scratch.deallocate() } }
         func value(_ text: String) -> (UnsafeMutablePointer<UInt8>, Int) {
             var text = text
@@ -278,19 +277,18 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
             used += length
             return (start, length)
         }
+        // An id differs in every response: indexed, each one would push an entry out of both
+        // sides' HPACK tables (an allocation and a copy on each), and nghttp2's encoder, whose
+        // table keeps every entry of one name in one chain, compared each new id with all those
+        // still held (5 % of the emulator's CPU). Sent without indexing, it is coded once.
+        let unindexed = UInt8(NGHTTP2_NV_FLAG_NO_INDEX.rawValue)
         withUnsafeMutableBytes(of: &nva) { raw in
             let list = raw.baseAddress!.assumingMemoryBound(to: nghttp2_nv.self)
-            func add(_ nameOffset: Int, _ nameLength: Int, _ text: String) {
+            func add(_ nameOffset: Int, _ nameLength: Int, _ text: String, flags: UInt8 = UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)) {
                 let (pointer, length) = value(text)
-                list[count] = nghttp2_nv(name: responseNames + nameOffset, value: pointer, namelen: nameLength, valuelen: length,
-                                         flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
+                list[count] = nghttp2_nv(name: responseNames + nameOffset, value: pointer, namelen: nameLength, valuelen: length, flags: flags)
                 count += 1
             }
-            // An id differs in every response: indexed, each one would push an entry out of both
-            // sides' HPACK tables (an allocation and a copy on each), and nghttp2's encoder, whose
-            // table keeps every entry of one name in one chain, compared each new id with all
-            // those still held (5 % of the emulator's CPU). Sent without indexing, it is coded once.
-            let unindexed = UInt8(NGHTTP2_NV_FLAG_NO_INDEX.rawValue)
             func add(_ nameOffset: Int, _ nameLength: Int, uuid: (high: UInt64, low: UInt64)) {
                 let start = scratch + used
                 UUIDString.writeVerbatim(high: uuid.high, low: uuid.low, into: start)
@@ -299,12 +297,7 @@ public final class HTTP2ServerConnection: HTTP2Endpoint {
                 count += 1
             }
             add(0, 7, String(status))
-            if let apnsID {
-                add(7, 7, apnsID)
-                list[count - 1].flags = unindexed
-            } else if let apnsIDWords {
-                add(7, 7, uuid: apnsIDWords)
-            }
+            if let apnsID { add(7, 7, apnsID, flags: unindexed) } else if let apnsIDWords { add(7, 7, uuid: apnsIDWords) }
             if let uniqueID { add(40, 14, uuid: UUIDString.stamped(uniqueID)) }
             if !body.isEmpty {
                 add(14, 12, "application/json")
