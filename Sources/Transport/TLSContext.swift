@@ -1,5 +1,6 @@
 import CHeraldShims
 import COpenSSL
+import Synchronization
 
 /// Why a TLS connection could not be set up, in words an operator can act on.
 public enum TLSError: Error, CustomStringConvertible, Sendable {
@@ -45,7 +46,8 @@ public enum ClientCertificate: Sendable, Equatable {
 
 /// An OpenSSL `SSL_CTX`: the trust store and settings shared by every connection of one side.
 ///
-/// Client contexts verify the peer against the system CA bundle (plus `caFile` when given) and
+/// Client contexts verify the peer against the system's CAs (`SystemTrustStore`: its hashed
+/// directory read lazily when it is hashed) plus `caFile` when given, and
 /// require ALPN `h2`; there is no way to turn verification off. Server contexts (the emulator)
 /// present a certificate and select `h2`.
 public final class TLSContext: @unchecked Sendable {
@@ -56,14 +58,26 @@ public final class TLSContext: @unchecked Sendable {
 
     private static let h2Protocols: [UInt8] = [2, 0x68, 0x32]  // "\x02h2"
 
+    /// The system CA bundle not read yet (see `SystemTrustStore`): read after the first failed
+    /// verification, for the next attempt.
+    private let unreadSystemBundle: Mutex<String?>
+
     /// A client context: TLS 1.2+, peer verification against the system store and `caFile`,
     /// presenting `certificate` when APNs authenticates the app by certificate.
     ///
     /// `http2` asks for (and requires) ALPN `h2`, as APNs needs. With `systemStore` false only
     /// `caFile` is trusted: a Redis behind a private CA should not also accept any certificate a
     /// public CA issued for its name.
-    public init(clientTrusting caFile: String? = nil, certificate: ClientCertificate? = nil,
-                http2: Bool = true, systemStore: Bool = true) throws(TLSError) {
+    public convenience init(clientTrusting caFile: String? = nil, certificate: ClientCertificate? = nil,
+                            http2: Bool = true, systemStore: Bool = true) throws(TLSError) {
+        try self.init(clientTrusting: caFile, certificate: certificate, http2: http2,
+                      systemTrust: systemStore || caFile == nil ? .openSSLDefault : nil)
+    }
+
+    /// The same, with the system's store given (tests point it at their own directories); nil:
+    /// only `caFile` is trusted.
+    init(clientTrusting caFile: String?, certificate: ClientCertificate?, http2: Bool,
+         systemTrust: SystemTrustStore?) throws(TLSError) {
         OpenSSLError.clearQueue()
         guard let ctx = SSL_CTX_new(TLS_client_method()) else {
             throw .configuration(OpenSSLError(operation: "creating the TLS client context"))
@@ -77,9 +91,7 @@ public final class TLSContext: @unchecked Sendable {
         _ = herald_SSL_CTX_set_mode(ctx, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
         TLSContext.readAhead(ctx)
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nil)
-        if systemStore || caFile == nil, SSL_CTX_set_default_verify_paths(ctx) != 1 {
-            throw .configuration(OpenSSLError(operation: "loading the system CA bundle"))
-        }
+        unreadSystemBundle = Mutex(try systemTrust?.trust(in: ctx))
         if let caFile {
             if SSL_CTX_load_verify_locations(ctx, caFile, nil) != 1 {
                 throw .configuration(OpenSSLError(operation: "loading the CA file \(caFile)"))
@@ -106,6 +118,24 @@ public final class TLSContext: @unchecked Sendable {
             }
         case .pkcs12(let file, let password):
             try TLSContext.usePKCS12(ctx, file: file, password: password)
+        }
+    }
+
+    /// Whether the system's bundle was left unread (its hashed directory is trusted lazily).
+    var systemBundlePending: Bool { unreadSystemBundle.withLock { $0 != nil } }
+
+    /// A verification failed: reads the system's bundle into the store if it was left unread,
+    /// and returns its path then (nil when there was nothing left to read). Later handshakes
+    /// check against it too.
+    func readSystemBundleAfterMiss() -> String? {
+        unreadSystemBundle.withLock { unread -> String? in
+            guard let bundle = unread else { return nil }
+            unread = nil
+            guard let store = SSL_CTX_get_cert_store(pointer), X509_STORE_load_file(store, bundle) == 1 else {
+                OpenSSLError.clearQueue()
+                return nil
+            }
+            return bundle
         }
     }
 
@@ -155,6 +185,7 @@ public final class TLSContext: @unchecked Sendable {
         pointer = ctx
         isServer = true
         requiresHTTP2 = true
+        unreadSystemBundle = Mutex(nil)
         _ = herald_SSL_CTX_set_min_proto_version(ctx, herald_TLS1_2_VERSION())
         _ = herald_SSL_CTX_set_mode(ctx, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS))
         TLSContext.readAhead(ctx)

@@ -22,6 +22,7 @@ final class TLSStream {
 
     let ssl: OpaquePointer
     let host: String
+    private let context: TLSContext
     private let requiresHTTP2: Bool
     /// Why the last `read` or `write` answered `.closed`: OpenSSL's error queue, or the system
     /// error, or the peer's close. For messages about a connection that failed.
@@ -34,6 +35,7 @@ final class TLSStream {
         }
         self.ssl = ssl
         self.host = host
+        self.context = context
         self.requiresHTTP2 = context.requiresHTTP2
         if SSL_set_fd(ssl, fd) != 1 {
             throw .configuration(OpenSSLError(operation: "binding the TLS session to its socket"))
@@ -101,7 +103,10 @@ final class TLSStream {
         default:
             let verify = SSL_get_verify_result(ssl)
             if verify != X509_V_OK {
-                let reason = String(cString: X509_verify_cert_error_string(verify))
+                var reason = String(cString: X509_verify_cert_error_string(verify))
+                if let bundle = context.readSystemBundleAfterMiss() {
+                    reason += " (checked against the system's hashed CA directory only; its CA bundle \(bundle) is read now, so the next attempt checks against both)"
+                }
                 throw .verificationFailed(host: host, reason: reason)
             }
             let stack = OpenSSLError(operation: "TLS handshake")
