@@ -24,7 +24,7 @@ done
 
 # HERALD: a release binary to use instead of building one (e.g. from another scratch path).
 if [ -z "${HERALD:-}" ]; then
-	swift build -c release --product herald >/dev/null
+	swift build -c release --static-swift-stdlib --product herald >/dev/null
 	HERALD=.build/release/herald
 fi
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }

@@ -17,7 +17,7 @@
 #   --queue Q        the shards' base name (Q-0 … Q-(S-1))      (default alerts: 2 per master for S=6)
 #   --workers W      worker processes per case                   (default 2)
 #   --runs K         rounds of both cases, alternating           (default 1)
-#   --herald PATH    the herald binary (default: swift build -c release, incremental)
+#   --herald PATH    the herald binary (default: swift build -c release --static-swift-stdlib, incremental)
 #   --no-build       use .build/release/herald as it is
 #   --keep           keep the temporary directory (logs)
 # Prints a Markdown table (progress on stderr). See Benchmarks/README.md ("Scale-out on Redis Cluster").
@@ -52,7 +52,7 @@ done
 if [ -z "$HERALD" ]; then
     if [ "$BUILD" = 1 ]; then
         echo "building herald (release) …" >&2
-        swift build -c release --product herald >&2
+        swift build -c release --static-swift-stdlib --product herald >&2
     fi
     HERALD=.build/release/herald
 fi

@@ -30,7 +30,7 @@
 #   --aioapns-version V the peer's version, pinned              (default 4.0)
 #   --quick             N=20000, runs 1, peer-n 3000, peer-max-seconds 5, latencies 0,20: ~20 s
 #   --json FILE         also write every run and the summary as JSON
-#   --herald PATH       the herald binary (default: swift build -c release, incremental)
+#   --herald PATH       the herald binary (default: swift build -c release --static-swift-stdlib, incremental)
 #   --label TEXT        what the binary was built from, for the conditions (e.g. a commit)
 #   --no-build          use .build/release/herald as it is
 #   --keep              keep the temporary directory (logs, loadgen reports)

@@ -10,7 +10,7 @@
 # Usage: Benchmarks/scheduled-drain.sh [options]
 #   --n N            notifications per case                      (default 1000000)
 #   --runs K         rounds of both cases, alternating           (default 1)
-#   --herald PATH    the herald binary (default: swift build -c release, incremental)
+#   --herald PATH    the herald binary (default: swift build -c release --static-swift-stdlib, incremental)
 #   --no-build       use .build/release/herald as it is
 #   --keep           keep the temporary directory (logs)
 # Prints a Markdown table (progress on stderr).
@@ -39,7 +39,7 @@ done
 if [ -z "$HERALD" ]; then
     if [ "$BUILD" = 1 ]; then
         echo "building herald (release) …" >&2
-        swift build -c release --product herald >&2
+        swift build -c release --static-swift-stdlib --product herald >&2
     fi
     HERALD=.build/release/herald
 fi

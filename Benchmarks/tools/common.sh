@@ -38,15 +38,16 @@ bench_find_python() {
 }
 
 # bench_resolve_herald BUILD [PATH]: sets BIN. PATH (or $HERALD_BIN) wins; BUILD=1 runs an
-# incremental `swift build -c release --product herald`; otherwise .build/release/herald.
+# incremental `swift build -c release --static-swift-stdlib --product herald` (the binary `make
+# dist` ships, static Swift runtime); otherwise .build/release/herald.
 bench_resolve_herald() {
     local build="$1" path="${2:-${HERALD_BIN:-}}"
     if [ -n "$path" ]; then
         BIN="$path"
     elif [ "$build" = 1 ]; then
-        log "swift build -c release --product herald (incremental)"
-        (cd "$ROOT" && swift build -c release --product herald >&2)
-        BIN="$(cd "$ROOT" && swift build -c release --show-bin-path)/herald"
+        log "swift build -c release --static-swift-stdlib --product herald (incremental)"
+        (cd "$ROOT" && swift build -c release --static-swift-stdlib --product herald >&2)
+        BIN="$(cd "$ROOT" && swift build -c release --static-swift-stdlib --show-bin-path)/herald"
     else
         BIN="$ROOT/.build/release/herald"
     fi
