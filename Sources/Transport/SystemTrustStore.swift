@@ -24,10 +24,19 @@ struct SystemTrustStore: Sendable {
     /// file and directory `SSL_CERT_FILE` and `SSL_CERT_DIR` name instead, as OpenSSL's own
     /// default loading reads them.
     static var openSSLDefault: SystemTrustStore {
-        let defaultBundle = String(cString: X509_get_default_cert_file())
-        let bundle = getenv(X509_get_default_cert_file_env()).map { String(cString: $0) } ?? defaultBundle
-        let directory = getenv(X509_get_default_cert_dir_env()).map { String(cString: $0) } ?? String(cString: X509_get_default_cert_dir())
-        return SystemTrustStore(bundle: bundle, directory: directory,
+        resolve(fileVariable: getenv(X509_get_default_cert_file_env()).map { String(cString: $0) },
+                directoryVariable: getenv(X509_get_default_cert_dir_env()).map { String(cString: $0) },
+                defaultBundle: String(cString: X509_get_default_cert_file()),
+                defaultDirectory: String(cString: X509_get_default_cert_dir()))
+    }
+
+    /// The store the two variables' values (nil: unset) and OpenSSL's defaults make. A bundle
+    /// named by the variable counts as chosen only when it is another file than the default
+    /// (Debian's own `SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt` is the default's target).
+    static func resolve(fileVariable: String?, directoryVariable: String?, defaultBundle: String,
+                        defaultDirectory: String) -> SystemTrustStore {
+        let bundle = fileVariable ?? defaultBundle
+        return SystemTrustStore(bundle: bundle, directory: directoryVariable ?? defaultDirectory,
                                 bundleChosen: realPath(bundle) != realPath(defaultBundle))
     }
 
@@ -47,16 +56,16 @@ struct SystemTrustStore: Sendable {
         guard let stream = opendir(directory) else { return false }
         defer { closedir(stream) }
         while let entry = readdir(stream) {
-            let found = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                isHashedName(UnsafeBufferPointer(start: raw.bindMemory(to: UInt8.self).baseAddress,
-                                                 count: strnlen(raw.baseAddress!.assumingMemoryBound(to: CChar.self), raw.count)))
+            let name = withUnsafePointer(to: entry.pointee.d_name) {
+                $0.withMemoryRebound(to: CChar.self, capacity: MemoryLayout.size(ofValue: entry.pointee.d_name)) { String(cString: $0) }
             }
-            if found { return true }
+            if isHashedName(name) { return true }
         }
         return false
     }
 
-    static func isHashedName(_ name: UnsafeBufferPointer<UInt8>) -> Bool {
+    static func isHashedName(_ text: String) -> Bool {
+        let name = Array(text.utf8)
         guard name.count >= 10, name[8] == UInt8(ascii: ".") else { return false }
         let isHex = { (byte: UInt8) in (byte >= 0x30 && byte <= 0x39) || (byte >= 0x61 && byte <= 0x66) }
         return name[0..<8].allSatisfy(isHex) && name[9...].allSatisfy { $0 >= 0x30 && $0 <= 0x39 }

@@ -23,7 +23,6 @@ final class TLSStream {
     let ssl: OpaquePointer
     let host: String
     private let context: TLSContext
-    private let requiresHTTP2: Bool
     /// Why the last `read` or `write` answered `.closed`: OpenSSL's error queue, or the system
     /// error, or the peer's close. For messages about a connection that failed.
     private(set) var lastFailure: String?
@@ -36,7 +35,6 @@ final class TLSStream {
         self.ssl = ssl
         self.host = host
         self.context = context
-        self.requiresHTTP2 = context.requiresHTTP2
         if SSL_set_fd(ssl, fd) != 1 {
             throw .configuration(OpenSSLError(operation: "binding the TLS session to its socket"))
         }
@@ -93,7 +91,7 @@ final class TLSStream {
         OpenSSLError.clearQueue()
         let result = SSL_do_handshake(ssl)
         if result == 1 {
-            if requiresHTTP2 { try checkALPN() }
+            if context.requiresHTTP2 { try checkALPN() }
             return .done
         }
         let error = SSL_get_error(ssl, result)

@@ -41,30 +41,15 @@ import Testing
 
     /// Handshakes a client with `trust` against `server`: nil when it verified, else the error.
     static func handshake(_ trust: SystemTrustStore, _ server: Server) throws -> TLSError? {
-        let clientContext = try TLSContext(clientTrusting: nil, certificate: nil, http2: false, systemTrust: trust)
+        let clientContext = try TLSContext(clientTrusting: nil, certificate: nil, http2: true, systemTrust: trust)
         return try handshake(clientContext, server)
     }
 
     static func handshake(_ clientContext: TLSContext, _ server: Server) throws -> TLSError? {
         let serverContext = try TLSContext(serverCertificateFile: server.certificate, keyFile: server.key)
-        var fds: [Int32] = [0, 0]
-        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
-        defer { close(fds[0]); close(fds[1]) }
-        for fd in fds { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
-        let client = try TLSStream(context: clientContext, fd: fds[0], host: "localhost")
-        let serverStream = try TLSStream(context: serverContext, fd: fds[1], host: "localhost")
-        var clientDone = false, serverDone = false
-        for _ in 0..<50 where !(clientDone && serverDone) {
-            do {
-                if !clientDone, case .done = try client.handshake() { clientDone = true }
-            } catch {
-                return error
-            }
-            // The server fails too once the client gave up; only the client's verdict matters.
-            if !serverDone, case .done? = try? serverStream.handshake() { serverDone = true }
-        }
-        try #require(clientDone, "the handshake did not finish")
-        return nil
+        var verdict: TLSError?
+        try TLSSocketPair.withHandshake(client: clientContext, server: serverContext) { _, _, _, failure in verdict = failure }
+        return verdict
     }
 
     /// Calls `body` with a client context whose "system" directory is hashed for `directoryHolds`
@@ -76,7 +61,7 @@ import Testing
         let bundle = system.path("bundle.pem")
         try write(bundleHolds.pem, to: bundle)
         let trust = SystemTrustStore(bundle: bundle, directory: system.path, bundleChosen: bundleChosen)
-        try body(try TLSContext(clientTrusting: nil, certificate: nil, http2: false, systemTrust: trust), bundle)
+        try body(try TLSContext(clientTrusting: nil, certificate: nil, http2: true, systemTrust: trust), bundle)
         withExtendedLifetime(system) {}
     }
 
@@ -106,7 +91,7 @@ import Testing
         let bundle = system.path("bundle.pem")
         try SystemTrustStoreTests.write(server.pem, to: bundle)
         let trust = SystemTrustStore(bundle: bundle, directory: system.path, bundleChosen: false)
-        let context = try TLSContext(clientTrusting: nil, certificate: nil, http2: false, systemTrust: trust)
+        let context = try TLSContext(clientTrusting: nil, certificate: nil, http2: true, systemTrust: trust)
         #expect(SystemTrustStoreTests.loadedCertificates(context) == 1)
         #expect(!context.systemBundlePending)
         #expect(try SystemTrustStoreTests.handshake(context, server) == nil)
@@ -166,10 +151,27 @@ import Testing
         #expect(try SystemTrustStoreTests.handshake(trust, server) == nil)
     }
 
+    @Test func theEnvironmentsBundleIsChosenOnlyWhenItIsAnotherFile() throws {
+        let system = try TemporaryDirectory()
+        let target = system.path("ca-certificates.crt")
+        try SystemTrustStoreTests.write("", to: target)
+        let link = system.path("cert.pem")
+        #expect(symlink(target, link) == 0)
+        // Unset: OpenSSL's defaults, nothing chosen.
+        let unset = SystemTrustStore.resolve(fileVariable: nil, directoryVariable: nil, defaultBundle: link, defaultDirectory: system.path)
+        #expect(unset.bundle == link && unset.directory == system.path && !unset.bundleChosen)
+        // Set to the file the default links to (as Debian's environment does): still the default.
+        let same = SystemTrustStore.resolve(fileVariable: target, directoryVariable: nil, defaultBundle: link, defaultDirectory: system.path)
+        #expect(same.bundle == target && !same.bundleChosen)
+        // Another file: the operator's choice, read up front.
+        let other = system.path("corporate.pem")
+        try SystemTrustStoreTests.write("", to: other)
+        let chosen = SystemTrustStore.resolve(fileVariable: other, directoryVariable: "/opt/ca", defaultBundle: link, defaultDirectory: system.path)
+        #expect(chosen.bundle == other && chosen.directory == "/opt/ca" && chosen.bundleChosen)
+    }
+
     @Test func onlyHashedNamesCount() {
-        func check(_ name: String) -> Bool {
-            Array(name.utf8).withUnsafeBufferPointer { SystemTrustStore.isHashedName($0) }
-        }
+        func check(_ name: String) -> Bool { SystemTrustStore.isHashedName(name) }
         #expect(check("002c0b4f.0"))
         #expect(check("002c0b4f.12"))
         #expect(!check("002C0B4F.0"))

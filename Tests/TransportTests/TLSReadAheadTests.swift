@@ -15,19 +15,10 @@ import Testing
         try pair.write(certificateTo: cert, keyTo: key)
         let serverContext = try TLSContext(serverCertificateFile: cert, keyFile: key)
         let clientContext = try TLSContext(clientTrusting: cert, systemStore: false)
-        var fds: [Int32] = [0, 0]
-        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
-        defer { close(fds[0]); close(fds[1]) }
-        for fd in fds { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
-        let client = try TLSStream(context: clientContext, fd: fds[0], host: "localhost")
-        let server = try TLSStream(context: serverContext, fd: fds[1], host: "localhost")
-        var clientDone = false, serverDone = false
-        for _ in 0..<50 where !(clientDone && serverDone) {
-            if !clientDone, case .done = try client.handshake() { clientDone = true }
-            if !serverDone, case .done = try server.handshake() { serverDone = true }
+        try TLSSocketPair.withHandshake(client: clientContext, server: serverContext) { client, server, clientFD, failure in
+            try #require(failure == nil, "the handshake failed: \(failure.map { "\($0)" } ?? "")")
+            try body(client, server, clientFD)
         }
-        try #require(clientDone && serverDone, "the handshake did not finish")
-        try body(client, server, fds[0])
     }
 
     /// Bytes waiting in the socket, not yet read by anyone.
