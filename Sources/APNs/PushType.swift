@@ -16,6 +16,24 @@ public enum PushType: String, CaseIterable, Hashable, Sendable {
     case widgets
     case controls
 
+    /// `rawValue` as a static string: the request writer hands its bytes, which live as long as
+    /// the program, to nghttp2 without copying them first (`rawValue` builds a String per read).
+    public var headerValue: StaticString {
+        switch self {
+        case .alert: "alert"
+        case .background: "background"
+        case .location: "location"
+        case .voip: "voip"
+        case .complication: "complication"
+        case .fileprovider: "fileprovider"
+        case .mdm: "mdm"
+        case .liveactivity: "liveactivity"
+        case .pushtotalk: "pushtotalk"
+        case .widgets: "widgets"
+        case .controls: "controls"
+        }
+    }
+
     /// What APNs expects after the bundle id in `apns-topic` for this push type.
     ///
     /// `mdm` has no suffix because its topic is not a bundle id at all but the UID of the

@@ -4,9 +4,12 @@ import CNGHTTP2
 /// Lays out the HTTP/2 request headers of one APNs notification in a reusable scratch area.
 ///
 /// Owned by one connection. nghttp2 copies names and values during `nghttp2_submit_request`,
-/// so the same memory serves every request: building headers allocates nothing. `:path` and
-/// `apns-id` are sent without HPACK indexing (they change with every notification); the rest
-/// may be indexed.
+/// so the same memory serves every request: building headers allocates nothing. Values that
+/// outlast the call where they already lie (`:method`, `:scheme`, `:authority`, the push type,
+/// the provider token) are handed over from there; only those built per request (`:path`,
+/// numbers, `apns-id`) or held in a string (topic, collapse id, channel id) are written to the
+/// scratch area first. `:path` and `apns-id` are sent without HPACK indexing (they change with
+/// every notification); the rest may be indexed.
 ///
 /// SPI `Benchmarks` makes it reachable from the micro-benchmark package; it is not public API.
 @_spi(Benchmarks)
@@ -19,7 +22,8 @@ public final class RequestHeaderBuilder {
     /// Where each name lies in `names`, in `Name.allCases` order. A `let`: a lazy array was
     /// checked, retained and released on every request.
     private let nameRangesInOrder: [(Int, Int)]
-    private let authority: [UInt8]
+    /// `:authority`'s bytes, allocated once: handed to nghttp2 from here.
+    private let authority: UnsafeMutableBufferPointer<UInt8>
     /// Requests until `apns-id` is indexed again (0: this one). Its name is then in the
     /// connection's HPACK table (requests are serialised in the order built: stream ids rise),
     /// and the unindexed values in between name it by its index. Once every 1,024 requests, so
@@ -65,13 +69,15 @@ public final class RequestHeaderBuilder {
             offset += bytes.count
         }
         nameRangesInOrder = ranges
-        self.authority = Array(authority.utf8)
+        self.authority = .allocate(capacity: authority.utf8.count)
+        _ = self.authority.initialize(from: authority.utf8)
     }
 
     deinit {
         scratch.deallocate()
         nva.deallocate()
         names.deallocate()
+        authority.deallocate()
     }
 
     /// nghttp2's flags for one header. Names are not copied (`NO_COPY_NAME`): they are lowercase
@@ -83,13 +89,13 @@ public final class RequestHeaderBuilder {
         UInt8(NGHTTP2_NV_FLAG_NO_COPY_NAME.rawValue | (noIndex ? NGHTTP2_NV_FLAG_NO_INDEX.rawValue : NGHTTP2_NV_FLAG_NONE.rawValue))
     }
 
-    /// The most header bytes (values) one request may carry; a request needing more is never sent.
+    /// The most bytes of the values written to the scratch area for one request (path, topic,
+    /// collapse id, numbers, apns-id); a request needing more is never sent.
     public static let capacity = 16 * 1024
 
     /// Calls `body` with the header list for `notification`; the pointers are valid only inside it.
-    /// Returns nil, without calling `body`, when the values do not fit in `capacity` bytes: a
-    /// request is never sent with a header cut short (a cut `authorization` header would make APNs
-    /// reject the app's credentials for one notification's fault).
+    /// Returns nil, without calling `body`, when the values written do not fit in `capacity`
+    /// bytes: a request is never sent with a header cut short or left out.
     /// Inlined into the connection's `submit`: as a call, the builder was retained and released
     /// around it for every request.
     @inline(__always)
@@ -112,21 +118,25 @@ public final class RequestHeaderBuilder {
         var count = 0
         let nameOffsets = nameRangesInOrder
         func add(_ name: Int, _ value: Range<Int>, noIndex: Bool = false) {
+            add(name, UnsafeBufferPointer(start: scratch + value.lowerBound, count: value.count), noIndex: noIndex)
+        }
+        // A value where it lies, valid until `body` returns (nghttp2 copies it there).
+        func add(_ name: Int, _ value: UnsafeBufferPointer<UInt8>, noIndex: Bool = false) {
             let (offset, length) = nameOffsets[name]
             nva[count] = nghttp2_nv(
-                name: names + offset, value: scratch + value.lowerBound,
+                name: names + offset, value: UnsafeMutablePointer(mutating: value.baseAddress),
                 namelen: length, valuelen: value.count,
                 flags: RequestHeaderBuilder.flags(noIndex: noIndex))
             count += 1
         }
-        add(0, writer.append(staticString: "POST"))
-        add(1, writer.append(staticString: "https"))
+        add(0, RequestHeaderBuilder.bytes(of: "POST"))
+        add(1, RequestHeaderBuilder.bytes(of: "https"))
         let pathStart = writer.position
         _ = writer.append(staticString: "/3/device/")
         _ = writer.append(notification.token)
         add(2, pathStart..<writer.position, noIndex: true)
-        add(3, writer.append(bytes: authority))
-        add(4, writer.append(notification.pushType.rawValue))
+        add(3, UnsafeBufferPointer(authority))
+        add(4, RequestHeaderBuilder.bytes(of: notification.pushType.headerValue))
         add(5, writer.append(notification.topic))
         // APNs assumes 10 when the header is absent, which a background push may not use: send the
         // push type's own default whenever it is not 10.
@@ -147,7 +157,7 @@ public final class RequestHeaderBuilder {
         } else if let apnsID = notification.apnsID {
             add(9, writer.append(apnsID), noIndex: apnsIDNameIndexed)
         }
-        if let authorization { add(10, writer.append(bytes: authorization)) }
+        if let authorization { add(10, authorization) }
         if writer.overflowed { return nil }
         countAPNsIDSent()
         return body(nva, count)
@@ -166,22 +176,25 @@ public final class RequestHeaderBuilder {
         var count = 0
         let nameOffsets = nameRangesInOrder
         func add(_ name: Name, _ value: Range<Int>, noIndex: Bool = false) {
+            add(name, UnsafeBufferPointer(start: scratch + value.lowerBound, count: value.count), noIndex: noIndex)
+        }
+        func add(_ name: Name, _ value: UnsafeBufferPointer<UInt8>, noIndex: Bool = false) {
             let (offset, length) = nameOffsets[Name.allCases.firstIndex(of: name)!]
             nva[count] = nghttp2_nv(
-                name: names + offset, value: scratch + value.lowerBound,
+                name: names + offset, value: UnsafeMutablePointer(mutating: value.baseAddress),
                 namelen: length, valuelen: value.count,
                 flags: RequestHeaderBuilder.flags(noIndex: noIndex))
             count += 1
         }
-        add(.method, writer.append(staticString: "POST"))
-        add(.scheme, writer.append(staticString: "https"))
+        add(.method, RequestHeaderBuilder.bytes(of: "POST"))
+        add(.scheme, RequestHeaderBuilder.bytes(of: "https"))
         let pathStart = writer.position
         _ = writer.append(staticString: "/4/broadcasts/apps/")
         _ = writer.append(notification.topic)
         // One path per app: indexing it is what HPACK is for.
         add(.path, pathStart..<writer.position)
-        add(.authority, writer.append(bytes: authority))
-        add(.pushType, writer.append(staticString: "liveactivity"))
+        add(.authority, UnsafeBufferPointer(authority))
+        add(.pushType, RequestHeaderBuilder.bytes(of: PushType.liveactivity.headerValue))
         add(.channelID, writer.append(notification.token))
         add(.priority, writer.append(integer: Int64(notification.effectivePriority.rawValue)))
         if let expiration = notification.expiration { add(.expiration, writer.append(integer: expiration)) }
@@ -190,10 +203,16 @@ public final class RequestHeaderBuilder {
         } else if let apnsID = notification.apnsID {
             add(.apnsID, writer.append(apnsID), noIndex: apnsIDNameIndexed)
         }
-        if let authorization { add(.authorization, writer.append(bytes: authorization)) }
+        if let authorization { add(.authorization, authorization) }
         if writer.overflowed { return nil }
         countAPNsIDSent()
         return body(nva, count)
+    }
+
+    /// A static string's bytes (they live as long as the program).
+    @inline(__always)
+    static func bytes(of string: StaticString) -> UnsafeBufferPointer<UInt8> {
+        UnsafeBufferPointer(start: string.utf8Start, count: string.utf8CodeUnitCount)
     }
 
     /// Appends bytes to the scratch area and returns where they landed. A value that does not fit
@@ -213,10 +232,6 @@ public final class RequestHeaderBuilder {
             if bytes.count > 0 { (base + position).update(from: bytes.baseAddress!, count: bytes.count) }
             position += bytes.count
             return start..<position
-        }
-
-        mutating func append(bytes: [UInt8]) -> Range<Int> {
-            bytes.withUnsafeBufferPointer { append(bytes: $0) }
         }
 
         mutating func append(staticString: StaticString) -> Range<Int> {

@@ -28,6 +28,12 @@ import Testing
         #expect(PushType(rawValue: word)?.rawValue == word)
     }
 
+    /// The static word the request writer sends is the raw value, for every push type.
+    @Test(arguments: PushType.allCases)
+    func headerValueIsTheRawValue(pushType: PushType) {
+        #expect(pushType.headerValue.description == pushType.rawValue)
+    }
+
     @Test(arguments: ["Alert", "live-activity", "", "liveActivity", "voip "])
     func unknownHeaderWordIsNil(word: String) {
         #expect(PushType(rawValue: word) == nil)

@@ -211,7 +211,7 @@ extension IntegrationTests {
             try await bed.onLoop { bed in
                 try bed.startPool(connections: 1, maxStreams: 10)
                 let oversized = APNs.Notification(
-                    deviceToken: String(repeating: "ab", count: 8_100), topic: TestBed.topic, pushType: .alert,
+                    deviceToken: String(repeating: "ab", count: 8_300), topic: TestBed.topic, pushType: .alert,
                     apnsID: bed.apnsID(index: 0), payload: Array(#"{"aps":{"alert":"too big"}}"#.utf8))
                 bed.recorder.enqueue([oversized])
                 bed.enqueue(20)
