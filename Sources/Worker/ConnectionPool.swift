@@ -260,7 +260,8 @@ public final class ConnectionPool: APNsConnectionDelegate {
     // MARK: sending
 
     /// Hands `request` to the connection with the most free slots. Returns false when no slot is free
-    /// (the caller keeps the request); check `freeSlots` first to avoid that.
+    /// or nghttp2 refused the stream: the request is dropped then, and the caller sends it again
+    /// from what it kept (the worker, its context); check `freeSlots` first to avoid that.
     @discardableResult
     public func send(_ request: consuming PendingRequest) -> Bool {
         guard stoppedReason == nil, let best = bestMember(), let connection = members[best].unretained else { return false }
