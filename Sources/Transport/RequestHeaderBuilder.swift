@@ -235,7 +235,7 @@ public final class RequestHeaderBuilder {
         }
 
         mutating func append(staticString: StaticString) -> Range<Int> {
-            append(bytes: UnsafeBufferPointer(start: staticString.utf8Start, count: staticString.utf8CodeUnitCount))
+            append(bytes: RequestHeaderBuilder.bytes(of: staticString))
         }
 
         mutating func append(_ string: String) -> Range<Int> {
