@@ -1,4 +1,5 @@
 import APNs
+import Transport
 
 /// The fields Herald reads from a job entry; any other field is ignored (and counted).
 public enum JobField {
@@ -71,8 +72,9 @@ public struct JobDefaults: Sendable {
 ///
 /// A class, not a struct: the worker holds each job in its table and reads it once per token,
 /// and a struct of a dozen references would be copied (and each reference retained) each time.
-/// Immutable once decoded.
-public final class Job: Sendable {
+/// Immutable once decoded. A `NotificationTemplate`: each send's request names the job itself
+/// for everything but its token and apns-id (see `PendingRequest`).
+public final class Job: NotificationTemplate, @unchecked Sendable {
     /// At least the bytes of a job's object with malloc's rounding (all a job touches): the
     /// worker requests this many bytes' lines before it frees or reads a job that has left the
     /// caches. A test checks it against the object's size with malloc's rounding.
@@ -97,8 +99,6 @@ public final class Job: Sendable {
     public let tokens: JobTokens
     /// Tokens that failed validation, with why: dead-lettered, never sent.
     public let invalidTokens: [(token: String, error: NotificationError)]
-    /// Everything but the device token and apns-id.
-    public let template: Notification
     /// The job's own `id`, when it gave one for a single notification: sent as the apns-id.
     public let explicitAPNsID: String?
     /// What apns-ids are derived from with the token: a fan-out job's `id`, or else `origin`.
@@ -128,13 +128,13 @@ public final class Job: Sendable {
         self.enqueuedAt = enqueuedAt
         self.tokens = tokens
         self.invalidTokens = invalidTokens
-        self.template = template
         self.explicitAPNsID = explicitAPNsID
         self.apnsIDBaseText = apnsIDBaseText
         self.apnsIDNamespace = apnsIDNamespace
         self.attempts = attempts
         self.unknownFields = unknownFields
         self.deliverAt = deliverAt
+        super.init(template: template)
     }
 
     /// The notification for `token`, with its stable apns-id.
@@ -154,16 +154,41 @@ public final class Job: Sendable {
         setAPNsID(&notification)
     }
 
+    /// The priority the job's notifications are sent with (`Notification.effectivePriority`).
+    /// Read through this from another module: `job.template.effectivePriority` there copied the
+    /// whole template first (a retain and release of each of its references) to read two bytes.
+    public var effectivePriority: Priority { template.effectivePriority }
+
+    /// The request for `tokens[index]`: it names this job for everything but the token and the
+    /// apns-id (its stable one, or the job's own `id`). Built here, where the tokens' storage is
+    /// read in place: read from another module, the token list was copied (retained) first.
+    @inline(__always)
+    public func request(tokenAt index: Int, context: UInt64, attempts: Int) -> PendingRequest {
+        let token = tokens.token(at: index)
+        return PendingRequest(source: self, token: token, apnsIDBits: derivedAPNsIDBits(for: token),
+                              apnsIDText: explicitAPNsID, context: context, attempts: attempts)
+    }
+
     /// The stable apns-id of `notification`'s device token (or the job's own `id`).
     private func setAPNsID(_ notification: inout Notification) {
         if let explicitAPNsID {
             notification.apnsID = explicitAPNsID
-        } else if let apnsIDBaseText {
-            notification.apnsIDBits = StableID.bits(namespace: apnsIDNamespace, origin: apnsIDBaseText, token: notification.token)
         } else {
-            // The same id as hashing `entryID.description`, without building that string.
-            notification.apnsIDBits = StableID.bits(namespace: apnsIDNamespace, origin: entryID, token: notification.token)
+            notification.apnsIDBits = derivedAPNsIDBits(for: notification.token)
         }
+    }
+
+    /// The apns-id of the send to `token` as bits, derived from the job's origin (or fan-out
+    /// `id`) and the token: the same on every retry and every worker. Nil when the job gave its
+    /// own `id` (`explicitAPNsID`), which is then sent as is.
+    @inline(__always)
+    public func derivedAPNsIDBits(for token: DeviceToken) -> UUIDBits? {
+        if explicitAPNsID != nil { return nil }
+        if let apnsIDBaseText {
+            return StableID.bits(namespace: apnsIDNamespace, origin: apnsIDBaseText, token: token)
+        }
+        // The same id as hashing `entryID.description`, without building that string.
+        return StableID.bits(namespace: apnsIDNamespace, origin: entryID, token: token)
     }
 
     /// Starts loading the headers of the objects freeing this job releases (its fields' storage

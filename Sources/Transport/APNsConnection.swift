@@ -4,8 +4,22 @@ import CNGHTTP2
 import Glibc
 
 /// A notification on its way through one connection, with the caller's handle for it.
+///
+/// It names the notification's template (everything but the token and the apns-id) instead of
+/// carrying a copy: the worker's requests name their job, so a send retains one object and
+/// moves about 100 bytes into its stream slot, where a copied notification retained each of its
+/// references (topic, payload, collapse id) and moved twice as many bytes each way.
 public struct PendingRequest: Sendable {
-    public var notification: Notification
+    /// Everything but the device token and the apns-id (whatever `source.template` holds in
+    /// their place is never read for this request).
+    public var source: NotificationTemplate
+    /// The device token (a broadcast's channel id).
+    public var token: DeviceToken
+    /// The apns-id as the 128 bits `UUIDString.make` spells (derived by Herald); nil when the
+    /// request has `apnsIDText` or no apns-id at all.
+    public var apnsIDBits: UUIDBits?
+    /// The apns-id as given (a job's own `id`), when it is not `apnsIDBits`.
+    public var apnsIDText: String?
     /// The caller's own reference (a job index, a slot): handed back with the outcome.
     public var context: UInt64
     /// Sends that counted as attempts so far (GOAWAY-refused streams do not count).
@@ -16,10 +30,47 @@ public struct PendingRequest: Sendable {
     /// response carried a well-formed one.
     public var uniqueID: UUIDBits? = nil
 
+    /// The notification this request sends, whole (a copy: for logs, tools and tests). Setting
+    /// it gives the request a template of its own.
+    public var notification: Notification {
+        get {
+            var notification = source.template
+            notification.token = token
+            if let apnsIDBits { notification.apnsIDBits = apnsIDBits } else { notification.apnsID = apnsIDText }
+            return notification
+        }
+        set {
+            self = PendingRequest(notification: newValue, context: context, attempts: attempts)
+        }
+    }
+
+    /// Where the headers of the objects releasing this request writes lie: its template's (the
+    /// job's) and its device token's string (none for a packed token). For prefetch hints only.
+    @inline(__always)
+    var objectHeaders: (source: UnsafeRawPointer, token: UnsafeRawPointer?) {
+        (UnsafeRawPointer(Unmanaged.passUnretained(source).toOpaque()), token.text.flatMap { storageHeader(of: $0) })
+    }
+}
+
+extension PendingRequest {
+    /// A request for `token` from `source`'s template, with the apns-id given as bits or text
+    /// (or neither: APNs then makes one up).
+    ///
+    /// Declared in an extension and handed to the memberwise initializer: written as
+    /// assignments to `self`, the optimizer built the value in a temporary and copied it whole
+    /// into place (a retain and release of each of its references, for every send).
+    public init(source: NotificationTemplate, token: DeviceToken, apnsIDBits: UUIDBits?, apnsIDText: String? = nil,
+                context: UInt64, attempts: Int = 0) {
+        self.init(source: source, token: token, apnsIDBits: apnsIDBits, apnsIDText: apnsIDBits == nil ? apnsIDText : nil,
+                  context: context, attempts: attempts, submittedAt: 0, uniqueID: nil)
+    }
+
+    /// A request for one notification sent on its own: wrapped in a template of its own (one
+    /// allocation). Requests sharing a notification should share a template instead.
     public init(notification: Notification, context: UInt64, attempts: Int = 0) {
-        self.notification = notification
-        self.context = context
-        self.attempts = attempts
+        self.init(source: NotificationTemplate(template: notification), token: notification.token,
+                  apnsIDBits: notification.apnsIDBits, apnsIDText: notification.apnsIDBits == nil ? notification.apnsID : nil,
+                  context: context, attempts: attempts)
     }
 }
 
@@ -63,24 +114,6 @@ extension APNsConnectionDelegate {
 /// anything.
 public protocol CompletionPrefetching: AnyObject {
     func prefetch(contexts: UnsafeBufferPointer<UInt64>)
-}
-
-extension Notification {
-    /// Where the headers of the objects releasing a copy of this notification writes lie: its
-    /// device token's string (none for a packed token) and its payload's storage. For prefetch
-    /// hints only.
-    var objectHeaders: (token: UnsafeRawPointer?, payload: UnsafeRawPointer?) {
-        payload.withUnsafeBytes { objectHeaders(payloadBytes: $0) }
-    }
-
-    /// The same, from the payload's bytes as `payload.withUnsafeBytes` gives them (`submit`
-    /// reads them anyway): a slice's storage is its base array's, so its header lies
-    /// `startIndex` bytes and the 32-byte header before the slice's first byte. Reading the
-    /// slice apart for it retained and released the payload's storage.
-    @inline(__always)
-    func objectHeaders(payloadBytes: UnsafeRawBufferPointer) -> (token: UnsafeRawPointer?, payload: UnsafeRawPointer?) {
-        (token.text.flatMap { storageHeader(of: $0) }, payloadBytes.baseAddress.map { $0 - payload.startIndex - 32 })
-    }
 }
 
 /// Starts loading the cache line at `address` for writing, without waiting for it. A hint: what
@@ -208,9 +241,9 @@ public final class APNsConnection: HTTP2Endpoint {
         var uniqueID: UUIDBits? = nil
         /// `request`'s context, read without touching the request (`CompletionPrefetching`).
         var context: UInt64 = 0
-        /// Where the headers of the request's token string and payload storage lie (noted at
-        /// submit, while they are in cache): the completion releases both, and prefetches them first.
-        var objectHeaders: (token: UnsafeRawPointer?, payload: UnsafeRawPointer?) = (nil, nil)
+        /// Where the headers of the request's template and token string lie (noted at submit,
+        /// while they are in cache): the completion releases both, and prefetches them first.
+        var objectHeaders: (source: UnsafeRawPointer?, token: UnsafeRawPointer?) = (nil, nil)
         /// The request's payload bytes, noted at submit: its DATA frames are copied from here
         /// without touching the request. The request holds their storage, unchanged, until it
         /// leaves the slot, and this is emptied then.
@@ -418,7 +451,7 @@ public final class APNsConnection: HTTP2Endpoint {
         let index = Int(slotIndex)
         // nghttp2 copies the header list, and no callback runs inside submit: the request is moved
         // into its slot afterwards (a move, not a copy: no retain of each of its references).
-        let submitted = headers.withHeaders(for: request.notification, authorizationBytes: authorizationBytes) { nva, count in
+        let submitted = headers.withHeaders(for: request, authorizationBytes: authorizationBytes) { nva, count in
             var provider = nghttp2_data_provider()
             provider.source.ptr = UnsafeMutableRawPointer(bitPattern: index + 1)
             provider.read_callback = apnsReadPayload
@@ -428,7 +461,7 @@ public final class APNsConnection: HTTP2Endpoint {
             // Never sent with a header cut short: this one notification fails on its own, and the
             // connection and its provider token stay untouched.
             slots[index].context = request.context
-            slots[index].objectHeaders = request.notification.objectHeaders
+            slots[index].objectHeaders = request.objectHeaders
             assert(!slots[index].occupied, "a free slot holds no request")
             (requests + index).initialize(to: consume request)
             slots[index].occupied = true
@@ -453,9 +486,10 @@ public final class APNsConnection: HTTP2Endpoint {
         }
         request.submittedAt = loop.now
         slots[index].context = request.context
-        // The storage of a slice held in the slot neither moves nor changes: its address outlives this call.
-        let payload = request.notification.payload.withUnsafeBytes { $0 }
-        slots[index].objectHeaders = request.notification.objectHeaders(payloadBytes: payload)
+        // The payload's storage, held by the request's template, neither moves nor changes while
+        // the request is in its slot: its address outlives this call.
+        let payload = request.source.template.payload.withUnsafeBytes { $0 }
+        slots[index].objectHeaders = request.objectHeaders
         slots[index].payload = payload
         unsentPayloadBytes += payload.count
         windowRoom -= payload.count
@@ -686,8 +720,8 @@ public final class APNsConnection: HTTP2Endpoint {
         // Field by field: a copy of the slot would retain its request's references.
         for slotIndex in batch {
             let headers = slots[Int(slotIndex)].objectHeaders
+            if let source = headers.source { prefetchForWrite(source) }
             if let token = headers.token { prefetchForWrite(token) }
-            if let payload = headers.payload { prefetchForWrite(payload) }
             completedContexts.append(slots[Int(slotIndex)].context)
         }
         if let prefetcher { completedContexts.withUnsafeBufferPointer { prefetcher.prefetch(contexts: $0) } }

@@ -113,7 +113,31 @@ public final class RequestHeaderBuilder {
         for notification: Notification, authorizationBytes authorization: UnsafeBufferPointer<UInt8>?,
         _ body: (UnsafePointer<nghttp2_nv>, Int) -> R
     ) -> R? {
-        if notification.isBroadcast { return withBroadcastHeaders(for: notification, authorization: authorization, body) }
+        withHeaders(template: notification, token: notification.token, apnsIDBits: notification.apnsIDBits,
+                    apnsIDText: notification.apnsIDBits == nil ? notification.apnsID : nil, authorization: authorization, body)
+    }
+
+    /// The same for a request: its template's fields, its own token and apns-id.
+    @inline(__always)
+    public func withHeaders<R>(
+        for request: borrowing PendingRequest, authorizationBytes authorization: UnsafeBufferPointer<UInt8>?,
+        _ body: (UnsafePointer<nghttp2_nv>, Int) -> R
+    ) -> R? {
+        withHeaders(template: request.source.template, token: request.token, apnsIDBits: request.apnsIDBits,
+                    apnsIDText: request.apnsIDText, authorization: authorization, body)
+    }
+
+    /// The headers of `template` sent to `token` with the apns-id given as bits or text (the
+    /// template's own token and apns-id are not read).
+    @inline(__always)
+    func withHeaders<R>(
+        template notification: borrowing Notification, token: DeviceToken, apnsIDBits: UUIDBits?, apnsIDText: String?,
+        authorization: UnsafeBufferPointer<UInt8>?, _ body: (UnsafePointer<nghttp2_nv>, Int) -> R
+    ) -> R? {
+        if notification.isBroadcast {
+            return withBroadcastHeaders(template: notification, channelID: token, apnsIDBits: apnsIDBits, apnsIDText: apnsIDText,
+                                        authorization: authorization, body)
+        }
         var writer = Writer(base: scratch, capacity: scratchCapacity)
         var count = 0
         let nameOffsets = nameRangesInOrder
@@ -133,7 +157,7 @@ public final class RequestHeaderBuilder {
         add(1, RequestHeaderBuilder.bytes(of: "https"))
         let pathStart = writer.position
         _ = writer.append(staticString: "/3/device/")
-        _ = writer.append(notification.token)
+        _ = writer.append(token)
         add(2, pathStart..<writer.position, noIndex: true)
         add(3, UnsafeBufferPointer(authority))
         add(4, RequestHeaderBuilder.bytes(of: notification.pushType.headerValue))
@@ -152,10 +176,10 @@ public final class RequestHeaderBuilder {
         // One in 1,024 (the connection's first among them) is indexed all the same, so that the
         // header's name is in the table: the others then name it by its index instead of spelling
         // it out, Huffman-coded, for both sides to code and decode (`requestsUntilAPNsIDIndexed`).
-        if let bits = notification.apnsIDBits {
+        if let bits = apnsIDBits {
             add(9, writer.append(uuid: bits), noIndex: apnsIDNameIndexed)
-        } else if let apnsID = notification.apnsID {
-            add(9, writer.append(apnsID), noIndex: apnsIDNameIndexed)
+        } else if let apnsIDText {
+            add(9, writer.append(apnsIDText), noIndex: apnsIDNameIndexed)
         }
         if let authorization { add(10, authorization) }
         if writer.overflowed { return nil }
@@ -169,8 +193,8 @@ public final class RequestHeaderBuilder {
     /// APNs sees), `apns-expiration` when given, `apns-id` and the provider token. No collapse id:
     /// broadcasts have none (the decoder refuses one).
     private func withBroadcastHeaders<R>(
-        for notification: Notification, authorization: UnsafeBufferPointer<UInt8>?,
-        _ body: (UnsafePointer<nghttp2_nv>, Int) -> R
+        template notification: borrowing Notification, channelID: DeviceToken, apnsIDBits: UUIDBits?, apnsIDText: String?,
+        authorization: UnsafeBufferPointer<UInt8>?, _ body: (UnsafePointer<nghttp2_nv>, Int) -> R
     ) -> R? {
         var writer = Writer(base: scratch, capacity: scratchCapacity)
         var count = 0
@@ -195,13 +219,13 @@ public final class RequestHeaderBuilder {
         add(.path, pathStart..<writer.position)
         add(.authority, UnsafeBufferPointer(authority))
         add(.pushType, RequestHeaderBuilder.bytes(of: PushType.liveactivity.headerValue))
-        add(.channelID, writer.append(notification.token))
+        add(.channelID, writer.append(channelID))
         add(.priority, writer.append(integer: Int64(notification.effectivePriority.rawValue)))
         if let expiration = notification.expiration { add(.expiration, writer.append(integer: expiration)) }
-        if let bits = notification.apnsIDBits {
+        if let bits = apnsIDBits {
             add(.apnsID, writer.append(uuid: bits), noIndex: apnsIDNameIndexed)
-        } else if let apnsID = notification.apnsID {
-            add(.apnsID, writer.append(apnsID), noIndex: apnsIDNameIndexed)
+        } else if let apnsIDText {
+            add(.apnsID, writer.append(apnsIDText), noIndex: apnsIDNameIndexed)
         }
         if let authorization { add(.authorization, authorization) }
         if writer.overflowed { return nil }
@@ -234,6 +258,7 @@ public final class RequestHeaderBuilder {
             return start..<position
         }
 
+        @inline(__always)
         mutating func append(staticString: StaticString) -> Range<Int> {
             append(bytes: RequestHeaderBuilder.bytes(of: staticString))
         }

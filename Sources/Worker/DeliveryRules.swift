@@ -32,9 +32,9 @@ public struct DeliveryPolicy: Sendable {
 
 /// One notification to hand to an app's pool: the action `DeliveryRules.nextSend` returns.
 ///
-/// It carries the request itself, built in place from the job's template: the worker hands
-/// `request` to the pool as it is (`(consume send).request`), so a send copies the notification
-/// once, not three times (each copy retains and releases every reference in it).
+/// It carries the request itself, which names the job for its template: the worker hands
+/// `request` to the pool as it is (`(consume send).request`), and no copy of the notification is
+/// made on the way (each copy retained and released every reference in it).
 public struct NotificationSend: Sendable {
     /// What the pool sends: the notification, its context and its attempts so far.
     public var request: PendingRequest
@@ -644,10 +644,11 @@ public final class DeliveryRules {
             }
             if !sandboxTokens.isEmpty, routeToSandbox(record, context: context, lane: laneIndex) { continue }
             queueCounters[record.queue].notificationsSent += 1
-            countSend(job.template.effectivePriority, queue: record.queue, lane: record.lane)
-            var request = PendingRequest(notification: job.template, context: context, attempts: record.attemptsBefore(tokenIndex))
-            job.address(&request.notification, tokenAt: tokenIndex)
-            return NotificationSend(request: request, entryID: job.entryID)
+            countSend(job.effectivePriority, queue: record.queue, lane: record.lane)
+            // The request names the job for everything but its token and apns-id: one retain,
+            // where a copy of the template retained each of its references.
+            return NotificationSend(request: job.request(tokenAt: tokenIndex, context: context, attempts: record.attemptsBefore(tokenIndex)),
+                                    entryID: job.entryID)
         }
         return nil
     }
@@ -658,7 +659,7 @@ public final class DeliveryRules {
         guard let record = jobRecord(for: context) else { lanes[laneIndex].pushFront(context); return }
         lanes[laneIndex].pushFront(context, urgent: isUrgent(queue: record.queue))
         queueCounters[record.queue].notificationsSent -= 1
-        countSend(record.job.template.effectivePriority, queue: record.queue, lane: record.lane, by: -1)
+        countSend(record.job.effectivePriority, queue: record.queue, lane: record.lane, by: -1)
         guard let collapseID = record.job.template.collapseID else { return }
         let key = DeliveryRules.collapseKey(collapseID, record.job.tokens.token(at: Int(context & 0xFFFF)))
         if queuedCollapse[record.queue][key] == nil { queuedCollapse[record.queue][key] = context }

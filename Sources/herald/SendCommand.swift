@@ -77,12 +77,21 @@ struct SendCommand: ParsableCommand {
         let count = notification.count
         let payload = Array(notification.payload.utf8)
         var random = SystemRandomNumberGenerator()
-        var notifications: [Notification] = []
-        notifications.reserveCapacity(tokens.count * count)
+        // Every request names one template (the notification without its token and apns-id),
+        // each with its own token and apns-id: no copy of the notification per send.
+        var requests: [PendingRequest] = []
+        requests.reserveCapacity(tokens.count * count)
         if let channelID = notification.channelID {
-            notifications = try broadcasts(channelID: channelID, bundleID: Notification.broadcastBundleID(fromTopic: resolvedTopic),
-                                           payload: payload, random: &random)
+            let items = try broadcasts(channelID: channelID, bundleID: Notification.broadcastBundleID(fromTopic: resolvedTopic),
+                                       payload: payload, random: &random)
+            if let first = items.first {
+                let shared = NotificationTemplate(template: first)
+                for item in items { requests.append(Self.request(item, from: shared, context: requests.count)) }
+            }
         }
+        let shared = NotificationTemplate(template: Notification(
+            deviceToken: "", topic: resolvedTopic, pushType: notification.pushType, priority: notification.priority,
+            expiration: notification.expiration, collapseID: notification.collapseID, payload: payload))
         for token in tokens {
             for _ in 0..<count {
                 let item = Notification(
@@ -95,7 +104,7 @@ struct SendCommand: ParsableCommand {
                 } catch {
                     throw CommandFailure.badJobData("the notification for \(redacted(token)) is invalid (\(error.code)): \(error)")
                 }
-                notifications.append(item)
+                requests.append(Self.request(item, from: shared, context: requests.count))
             }
         }
 
@@ -106,7 +115,7 @@ struct SendCommand: ParsableCommand {
             try ConnectionPool(loop: loop, configuration: notification.channelID != nil ? (app.broadcastPool ?? app.pool) : app.pool,
                                tokens: tokenSource, logger: logger)
         }
-        let session = SendSession(loop: loop, pool: pool, notifications: notifications, quiet: quiet)
+        let session = SendSession(loop: loop, pool: pool, requests: requests, quiet: quiet)
         pool.delegate = session
         let signals = try SignalWatcher(loop: loop) { _ in
             session.interrupted = true
@@ -129,11 +138,16 @@ struct SendCommand: ParsableCommand {
             throw CommandFailure.configuration("APNs refused the credentials: \(refused). Check --team-id, --key-id and --key-file (or the app's certificate).")
         }
         if let unreachable = session.unreachable { throw CommandFailure.unavailable(unreachable) }
-        if session.timedOut || session.completed < notifications.count {
-            throw CommandFailure.unavailable("\(notifications.count - session.completed) of \(notifications.count) notifications unanswered"
+        if session.timedOut || session.completed < requests.count {
+            throw CommandFailure.unavailable("\(requests.count - session.completed) of \(requests.count) notifications unanswered"
                 + (session.timedOut ? " after --timeout \(timeout) s" : ""))
         }
-        if session.accepted < notifications.count { throw ExitCode(ExitStatus.failure.rawValue) }
+        if session.accepted < requests.count { throw ExitCode(ExitStatus.failure.rawValue) }
+    }
+
+    /// The request for `item`, naming `shared` (which holds all of `item` but its token and apns-id).
+    static func request(_ item: Notification, from shared: NotificationTemplate, context: Int) -> PendingRequest {
+        PendingRequest(source: shared, token: item.token, apnsIDBits: nil, apnsIDText: item.apnsID, context: UInt64(context))
     }
 }
 
@@ -141,7 +155,8 @@ struct SendCommand: ParsableCommand {
 final class SendSession: ConnectionPoolDelegate {
     let loop: EventLoop
     let pool: ConnectionPool
-    let notifications: [Notification]
+    /// One request per notification to send, in order (each's context is its index).
+    let requests: [PendingRequest]
     let quiet: Bool
     var next = 0
     var completed = 0
@@ -157,17 +172,17 @@ final class SendSession: ConnectionPoolDelegate {
     /// Why the pool stopped sending: APNs refused the credentials.
     var credentialsRefused: String?
 
-    init(loop: EventLoop, pool: ConnectionPool, notifications: [Notification], quiet: Bool) {
+    init(loop: EventLoop, pool: ConnectionPool, requests: [PendingRequest], quiet: Bool) {
         self.loop = loop
         self.pool = pool
-        self.notifications = notifications
+        self.requests = requests
         self.quiet = quiet
     }
 
     func poolHasFreeSlots(_ pool: ConnectionPool) {
         var free = pool.freeSlots
-        while free > 0, next < notifications.count {
-            guard pool.send(PendingRequest(notification: notifications[next], context: UInt64(next))) else { break }
+        while free > 0, next < requests.count {
+            guard pool.send(requests[next]) else { break }
             next += 1
             free -= 1
         }
@@ -201,10 +216,10 @@ final class SendSession: ConnectionPoolDelegate {
         }
         outcomes[word, default: 0] += 1
         if !quiet {
-            let subject = request.notification.isBroadcast ? "channel " + request.notification.deviceToken : redacted(request.notification.deviceToken)
-            print("\(subject) apns-id=\(request.notification.apnsID ?? "-") \(word)")
+            let subject = request.source.template.isBroadcast ? "channel " + request.token.string : redacted(request.token.string)
+            print("\(subject) apns-id=\(request.apnsIDText ?? request.apnsIDBits.map { UUIDString.make($0) } ?? "-") \(word)")
         }
-        if completed == notifications.count {
+        if completed == requests.count {
             finishedAt = EventLoop.monotonicMilliseconds()
             loop.stop()
         }
@@ -222,7 +237,7 @@ final class SendSession: ConnectionPoolDelegate {
                 loop.stop()
                 return
             }
-            if completed < notifications.count { watchConnections() }
+            if completed < requests.count { watchConnections() }
         }
     }
 
@@ -235,12 +250,12 @@ final class SendSession: ConnectionPoolDelegate {
     func printSummary() {
         let end = finishedAt > 0 ? finishedAt : EventLoop.monotonicMilliseconds()
         let seconds = Double(max(1, end - startedAt)) / 1000
-        print("sent \(notifications.count), answered \(completed), accepted \(accepted) in \(formatSeconds(seconds)) s"
+        print("sent \(requests.count), answered \(completed), accepted \(accepted) in \(formatSeconds(seconds)) s"
               + " (\(Int(Double(completed) / seconds)) notifications/s)")
         for (word, count) in outcomes.sorted(by: { $0.key < $1.key }) where word != "200" {
             print("  \(count) × \(word)")
         }
-        if timedOut { print("timed out with \(notifications.count - completed) unanswered") }
+        if timedOut { print("timed out with \(requests.count - completed) unanswered") }
     }
 }
 

@@ -1,4 +1,5 @@
 import APNs
+import CNGHTTP2
 import Testing
 
 @_spi(Benchmarks) @testable import Transport
@@ -171,17 +172,53 @@ struct InMemoryHTTP2Tests {
         }
     }
 
-    /// The headers a completion's release writes: 32 bytes before the token's bytes and before
-    /// the payload storage's first byte (the payload may be a slice starting further in).
-    @Test func aNotificationNamesItsTokenAndPayloadHeaders() throws {
-        var notification = Self.request(1).notification
-        let storage = Array(#"{"xx":1,"aps":{"alert":"hi"}}"#.utf8)
-        notification.payload = storage[7...]
-        let headers = notification.objectHeaders
-        let token = try #require(notification.deviceToken.utf8Span.span.withUnsafeBufferPointer { $0.baseAddress })
+    /// The headers a completion's release writes: the request's template (the job, in the
+    /// worker) and 32 bytes before its token's bytes; a packed token has no string to release.
+    @Test func aRequestNamesItsTemplateAndTokenHeaders() throws {
+        let request = Self.request(1)
+        let headers = request.objectHeaders
+        #expect(headers.source == UnsafeRawPointer(Unmanaged.passUnretained(request.source).toOpaque()))
+        let text = try #require(request.token.text)
+        let token = try #require(text.utf8Span.span.withUnsafeBufferPointer { $0.baseAddress })
         #expect(headers.token.map { $0 + 32 } == UnsafeRawPointer(token))
-        let first = try #require(storage.withUnsafeBytes { $0.baseAddress })
-        #expect(headers.payload.map { $0 + 32 } == first)
+        let packed = PendingRequest(source: request.source, token: DeviceToken(lowercasing: Array(text.utf8)[...]),
+                                    apnsIDBits: request.apnsIDBits, context: 2)
+        #expect(packed.token.isPacked)
+        #expect(packed.objectHeaders.token == nil)
+        #expect(packed.objectHeaders.source == headers.source)
+    }
+
+    /// A request names its template and carries its own token and apns-id: the notification it
+    /// stands for, read whole, is the one it was made from, and the headers on the wire are
+    /// that notification's (`withHeaders(for:)` of the request and of the notification agree).
+    @Test func aRequestSendsTheNotificationItWasMadeFrom() throws {
+        let notification = Notification(
+            deviceToken: String(repeating: "cd", count: 32), topic: "com.example.herald", pushType: .background,
+            expiration: 1_700_000_000, collapseID: "score", apnsID: UUIDString.make(high: 7, low: 9),
+            payload: Array(#"{"aps":{"content-available":1}}"#.utf8))
+        let request = PendingRequest(notification: notification, context: 3)
+        #expect(request.notification.deviceToken == notification.deviceToken)
+        #expect(request.notification.apnsID == notification.apnsID)
+        #expect(request.apnsIDText == notification.apnsID && request.apnsIDBits == nil)
+        #expect(Array(request.notification.payload) == Array(notification.payload))
+        let builder = RequestHeaderBuilder(authority: "api.push.apple.com")
+        func pairs(_ nva: UnsafePointer<nghttp2_nv>, _ count: Int) -> [String] {
+            (0..<count).map {
+                String(decoding: UnsafeBufferPointer(start: UnsafePointer(nva[$0].name), count: nva[$0].namelen), as: UTF8.self) + ": "
+                    + String(decoding: UnsafeBufferPointer(start: UnsafePointer(nva[$0].value), count: nva[$0].valuelen), as: UTF8.self)
+            }
+        }
+        let fromRequest = try #require(builder.withHeaders(for: request, authorizationBytes: nil, pairs))
+        let fromNotification = try #require(builder.withHeaders(for: notification, authorizationBytes: nil, pairs))
+        #expect(fromRequest == fromNotification)
+        #expect(fromRequest.contains(":path: /3/device/" + String(repeating: "cd", count: 32)))
+        #expect(fromRequest.contains("apns-id: " + notification.apnsID!))
+        // Another token and apns-id on the same template: only those two headers differ.
+        let other = PendingRequest(source: request.source, token: DeviceToken(String(repeating: "ef", count: 32)),
+                                   apnsIDBits: UUIDBits(high: 1, low: 2), context: 4)
+        let fromOther = try #require(builder.withHeaders(for: other, authorizationBytes: nil, pairs))
+        #expect(fromOther.filter { !fromRequest.contains($0) }.sorted()
+                == [":path: /3/device/" + String(repeating: "ef", count: 32), "apns-id: " + UUIDString.make(UUIDBits(high: 1, low: 2))].sorted())
     }
 
     /// The DATA frames are copied from the payload's bytes as noted at submit: a payload that is
