@@ -119,7 +119,7 @@ public final class Job: NotificationTemplate, @unchecked Sendable {
         entryID: StreamEntryID, fields: StreamFields, originText: String?, originID: StreamEntryID,
         enqueuedAt: Int64, tokens: JobTokens, invalidTokens: [(token: String, error: NotificationError)],
         template: Notification, explicitAPNsID: String?, apnsIDBaseText: String?, apnsIDNamespace: String,
-        attempts: Int, unknownFields: Int, deliverAt: Int64? = nil
+        attempts: Int, unknownFields: Int, deliverAt: Int64? = nil, wantsReceipt: Bool
     ) {
         self.entryID = entryID
         self.packedFields = fields
@@ -134,6 +134,7 @@ public final class Job: NotificationTemplate, @unchecked Sendable {
         self.attempts = attempts
         self.unknownFields = unknownFields
         self.deliverAt = deliverAt
+        self.wantsReceipt = wantsReceipt
         super.init(template: template)
     }
 
@@ -200,10 +201,13 @@ public final class Job: NotificationTemplate, @unchecked Sendable {
         if let token = tokens.storageHeader { prefetch(token) }
     }
 
-    /// Whether the job asks for receipts (`receipt` is `1` or `true`).
-    public var wantsReceipt: Bool {
-        guard let value = packedFields.firstValue(JobField.receipt) else { return false }
-        return value.elementsEqual("1".utf8) || value.elementsEqual("true".utf8)
+    /// Whether the job asks for receipts (its first `receipt` field is `1` or `true`): read by
+    /// the decoder in its pass over the fields.
+    public let wantsReceipt: Bool
+
+    /// Whether a `receipt` field's value asks for receipts: `1` or `true`.
+    static func asksForReceipt(_ value: UnsafeRawBufferPointer) -> Bool {
+        value.elementsEqual("1".utf8) || value.elementsEqual("true".utf8)
     }
 
     /// The value of field `name`, if present.

@@ -11,7 +11,7 @@ public enum JobDecoder {
 
     /// The fields Herald reads, by their name's bytes (see `JobField`).
     enum Known { case token, tokens, payload, topic, pushType, priority, expiration, collapseID, id, attempts, origin,
-                      enqueuedAt, idBase, channelID, ignored, deliverAt, scheduled }
+                      enqueuedAt, idBase, channelID, ignored, deliverAt, scheduled, receipt }
 
     /// Which known field `name` is, compared byte for byte (nil: a field Herald does not know).
     static func known(_ name: UnsafeRawBufferPointer) -> Known? {
@@ -26,7 +26,7 @@ public enum JobDecoder {
         case 4: return equals("lane") ? .ignored : nil
         case 5: return equals("token") ? .token : equals("topic") ? .topic : nil
         case 6: return equals("tokens") ? .tokens : equals("origin") ? .origin : nil
-        case 7: return equals("payload") ? .payload : equals("id_base") ? .idBase : equals("receipt") ? .ignored : nil
+        case 7: return equals("payload") ? .payload : equals("id_base") ? .idBase : equals("receipt") ? .receipt : nil
         case 8: return equals("priority") ? .priority : equals("attempts") ? .attempts : equals("retry_id") ? .ignored : nil
         case 9: return equals("push_type") ? .pushType : equals("scheduled") ? .scheduled : nil
         case 10: return equals("expiration") ? .expiration : equals("channel_id") ? .channelID : equals("deliver_at") ? .deliverAt : nil
@@ -55,6 +55,7 @@ public enum JobDecoder {
         var channelIDRange: Range<Int>? = nil
         var deliverAtRange: Range<Int>? = nil
         var scheduled = false
+        var receipt: Range<Int>? = nil
         var unknown = 0
         for index in 0..<fields.count {
             guard let kind = fields.withName(at: index, known) else {
@@ -80,9 +81,14 @@ public enum JobDecoder {
             case .ignored: break
             case .deliverAt: deliverAtRange = value
             case .scheduled: scheduled = !value.isEmpty
+            // The first one counts (as `StreamFields.firstValue` reads it).
+            case .receipt: if receipt == nil { receipt = value }
             }
         }
         guard let payloadRange, !payloadRange.isEmpty else { return .failure(.missingPayload) }
+        // Read here, in the one pass over the names: a lookup by name afterwards cost about 115
+        // instructions a job.
+        let wantsReceipt = receipt.map { fields.withBytes($0, Job.asksForReceipt) } ?? false
         let payload = fields.slice(payloadRange)
         // Herald's own numbers, range-checked so no sum or product on them can overflow later.
         var attempts = 0
@@ -162,7 +168,8 @@ public enum JobDecoder {
             return decodeBroadcast(entryID: entryID, fields: fields, channelID: fields.slice(channelIDRange), hasTokens: !tokenList.isEmpty || single != nil,
                                    pushTypeText: pushTypeText, topic: topic, priority: priority, expiration: expiration,
                                    collapseID: collapseID, payload: payload, id: id, idBase: idBase, origin: origin,
-                                   originID: originID, enqueuedAt: enqueuedAt, attempts: attempts, unknown: unknown, defaults: defaults)
+                                   originID: originID, enqueuedAt: enqueuedAt, attempts: attempts, unknown: unknown, defaults: defaults,
+                                   wantsReceipt: wantsReceipt)
         }
         guard let resolvedTopic = (topic.flatMap { $0.isEmpty ? nil : $0 }) ?? defaults.bundleID.map({ pushType.topic(bundleID: $0) }) else {
             return .failure(.noTopic)
@@ -182,7 +189,7 @@ public enum JobDecoder {
             }
             return makeJob(entryID: entryID, fields: fields, tokens: JobTokens(only), invalid: [], template: consume template,
                            id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt, attempts: attempts,
-                           unknown: unknown, defaults: defaults, deliverAt: deliverAt)
+                           unknown: unknown, defaults: defaults, deliverAt: deliverAt, wantsReceipt: wantsReceipt)
         }
         var template = Notification(deviceToken: "", topic: resolvedTopic, pushType: pushType, priority: priority,
                                     expiration: expiration, collapseID: collapse, apnsID: nil, payload: [])
@@ -213,14 +220,14 @@ public enum JobDecoder {
         template.token = DeviceToken("")
         return makeJob(entryID: entryID, fields: fields, tokens: JobTokens(valid), invalid: invalid, template: template,
                        id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt, attempts: attempts,
-                       unknown: unknown, defaults: defaults, deliverAt: deliverAt)
+                       unknown: unknown, defaults: defaults, deliverAt: deliverAt, wantsReceipt: wantsReceipt)
     }
 
     static func makeJob(
         entryID: StreamEntryID, fields: StreamFields, tokens: JobTokens,
         invalid: [(String, NotificationError)], template: consuming Notification, id: String?, idBase: String?,
         origin: String?, originID: StreamEntryID?, enqueuedAt: Int64?, attempts: Int, unknown: Int, defaults: JobDefaults,
-        deliverAt: Int64? = nil
+        deliverAt: Int64? = nil, wantsReceipt: Bool
     ) -> Result<Job, JobError> {
         let originID = originID ?? entryID
         let explicitID = id.flatMap { $0.isEmpty ? nil : $0 }
@@ -234,7 +241,7 @@ public enum JobDecoder {
             explicitAPNsID: tokens.count + invalid.count == 1 && idBase == nil ? explicitID : nil,
             apnsIDBaseText: idBase ?? explicitID ?? origin,
             apnsIDNamespace: defaults.apnsIDNamespace,
-            attempts: attempts, unknownFields: unknown, deliverAt: deliverAt))
+            attempts: attempts, unknownFields: unknown, deliverAt: deliverAt, wantsReceipt: wantsReceipt))
     }
 
     @inline(__always)

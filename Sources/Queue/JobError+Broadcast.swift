@@ -52,7 +52,7 @@ extension JobDecoder {
         entryID: StreamEntryID, fields: StreamFields, channelID bytes: ArraySlice<UInt8>, hasTokens: Bool,
         pushTypeText: String?, topic: String?, priority: Priority?, expiration: Int64?, collapseID: String?, payload: ArraySlice<UInt8>,
         id: String?, idBase: String?, origin: String?, originID: StreamEntryID?, enqueuedAt: Int64?, attempts: Int,
-        unknown: Int, defaults: JobDefaults
+        unknown: Int, defaults: JobDefaults, wantsReceipt: Bool
     ) -> Result<Job, JobError> {
         if hasTokens { return .failure(.broadcast(.channelAndTokens)) }
         let channelID = text(bytes)
@@ -78,6 +78,6 @@ extension JobDecoder {
         template.deviceToken = ""
         return makeJob(entryID: entryID, fields: fields, tokens: JobTokens(channelID), invalid: [], template: template,
                        id: id, idBase: idBase, origin: origin, originID: originID, enqueuedAt: enqueuedAt,
-                       attempts: attempts, unknown: unknown, defaults: defaults)
+                       attempts: attempts, unknown: unknown, defaults: defaults, wantsReceipt: wantsReceipt)
     }
 }

@@ -77,6 +77,28 @@ import Testing
         #expect(Array(job.template.payload) == Array(#"{"aps":{}}"#.utf8))
     }
 
+    /// `receipt` asks for receipts when its first value is `1` or `true`, whatever follows; any
+    /// other value, or none, does not. Read in the decoder's one pass over the fields, for single,
+    /// fan-out and broadcast jobs alike.
+    @Test func receiptIsReadFromTheFirstReceiptField() throws {
+        let base = [("token", Self.token), ("payload", "{}")]
+        let cases: [([(String, String)], Bool)] = [
+            ([], false), ([("receipt", "1")], true), ([("receipt", "true")], true), ([("receipt", "0")], false),
+            ([("receipt", "yes")], false), ([("receipt", "")], false), ([("receipt", "TRUE")], false),
+            ([("receipt", "1"), ("receipt", "0")], true), ([("receipt", "0"), ("receipt", "1")], false),
+            ([("receipts", "1")], false),
+        ]
+        for (extra, wanted) in cases {
+            let job = try Self.decode(base + extra).get()
+            #expect(job.wantsReceipt == wanted, "\(extra)")
+        }
+        let fanOut = try Self.decode([("tokens", "\(Self.token),\(Self.token)"), ("payload", "{}"), ("receipt", "true")]).get()
+        #expect(fanOut.wantsReceipt)
+        let broadcast = try Self.decode([("channel_id", "dHN0LTI2LXJlY2VpcHQ="), ("payload", #"{"aps":{"event":"update","timestamp":1,"content-state":{}}}"#),
+                                         ("receipt", "1")]).get()
+        #expect(broadcast.template.isBroadcast && broadcast.wantsReceipt)
+    }
+
     /// 64-digit tokens, single or in a list, are kept packed; other lengths as text. Either way a
     /// request is addressed with the folded text, and its apns-id is the one the text gives.
     @Test func sixtyFourDigitTokensAreKeptPacked() throws {
