@@ -1,5 +1,6 @@
 import APNs
 import Queue
+import Transport
 
 /// A stream entry as a producer could write it: the input split on NUL bytes into
 /// name, value, name, value, … (a trailing odd part is a name with an empty value), decoded as
@@ -57,6 +58,13 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
             }
             guard addressed.deviceToken == text, addressed.apnsID == job.notification(forToken: text).apnsID else {
                 fatalError("a request addressed from the job differs from one built from its token's text")
+            }
+            // The worker's request names the job and carries the token and apns-id: the
+            // notification it stands for is the one addressed above.
+            let request = job.request(tokenAt: index, context: UInt64(index), attempts: job.attempts).notification
+            guard request.deviceToken == text, request.apnsID == addressed.apnsID, request.topic == addressed.topic,
+                  Array(request.payload) == Array(addressed.payload), request.isBroadcast == addressed.isBroadcast else {
+                fatalError("the worker's request for a token differs from the notification addressed to it")
             }
         }
         _ = job.origin
