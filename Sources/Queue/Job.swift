@@ -146,15 +146,6 @@ public final class Job: NotificationTemplate, @unchecked Sendable {
         return notification
     }
 
-    /// Turns a copy of `template` into the notification for `tokens[index]` in place: the token
-    /// and its stable apns-id. The worker builds each request this way inside the request itself,
-    /// so the notification is copied once per send (a returned value was copied again on the way
-    /// out).
-    public func address(_ notification: inout Notification, tokenAt index: Int) {
-        notification.token = tokens.token(at: index)
-        setAPNsID(&notification)
-    }
-
     /// The priority the job's notifications are sent with (`Notification.effectivePriority`).
     /// Read through this from another module: `job.template.effectivePriority` there copied the
     /// whole template first (a retain and release of each of its references) to read two bytes.

@@ -30,18 +30,17 @@ public struct PendingRequest: Sendable {
     /// response carried a well-formed one.
     public var uniqueID: UUIDBits? = nil
 
-    /// The notification this request sends, whole (a copy: for logs, tools and tests). Setting
-    /// it gives the request a template of its own.
+    /// The notification this request sends, whole (a copy: for tools and tests).
     public var notification: Notification {
-        get {
-            var notification = source.template
-            notification.token = token
-            if let apnsIDBits { notification.apnsIDBits = apnsIDBits } else { notification.apnsID = apnsIDText }
-            return notification
-        }
-        set {
-            self = PendingRequest(notification: newValue, context: context, attempts: attempts)
-        }
+        var notification = source.template
+        notification.token = token
+        if let apnsIDBits { notification.apnsIDBits = apnsIDBits } else { notification.apnsID = apnsIDText }
+        return notification
+    }
+
+    /// The apns-id as text (built from `apnsIDBits` when Herald derived it): for logs and tools.
+    public var apnsID: String? {
+        apnsIDBits.map { UUIDString.make($0) } ?? apnsIDText
     }
 
     /// Where the headers of the objects releasing this request writes lie: its template's (the

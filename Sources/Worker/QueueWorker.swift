@@ -1054,7 +1054,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
             // One line per notification only at trace level; the token is shortened, never whole.
             logger.trace("notification answered", metadata: [
                 "context": "\(request.context)", "token": "\(request.token.string.prefix(8))…",
-                "apns_id": "\(request.apnsIDBits.map { UUIDString.make($0) } ?? request.apnsIDText ?? "")", "attempts": "\(request.attempts)", "outcome": "\(outcome)",
+                "apns_id": "\(request.apnsID ?? "")", "attempts": "\(request.attempts)", "outcome": "\(outcome)",
             ])
         }
         if rules.answered(context: request.context, attempts: request.attempts, outcome: outcome, now: wallNow(), uniqueID: request.uniqueID),

@@ -217,7 +217,7 @@ final class SendSession: ConnectionPoolDelegate {
         outcomes[word, default: 0] += 1
         if !quiet {
             let subject = request.source.template.isBroadcast ? "channel " + request.token.string : redacted(request.token.string)
-            print("\(subject) apns-id=\(request.apnsIDText ?? request.apnsIDBits.map { UUIDString.make($0) } ?? "-") \(word)")
+            print("\(subject) apns-id=\(request.apnsID ?? "-") \(word)")
         }
         if completed == requests.count {
             finishedAt = EventLoop.monotonicMilliseconds()

@@ -99,14 +99,13 @@ import Testing
         #expect(broadcast.template.isBroadcast && broadcast.wantsReceipt)
     }
 
-    /// 64-digit tokens, single or in a list, are kept packed; other lengths as text. Either way a
-    /// request is addressed with the folded text, and its apns-id is the one the text gives.
+    /// 64-digit tokens, single or in a list, are kept packed; other lengths as text. Either way the
+    /// worker's request is addressed with the folded text, and its apns-id is the one the text gives.
     @Test func sixtyFourDigitTokensAreKeptPacked() throws {
         let single = try Self.decode([("token", Self.token.uppercased()), ("payload", "{}")]).get()
         #expect(single.tokens.token(at: 0).isPacked)
         #expect(single.tokens[0] == Self.token)
-        var addressed = single.template
-        single.address(&addressed, tokenAt: 0)
+        let addressed = single.request(tokenAt: 0, context: 0, attempts: 0).notification
         #expect(addressed.deviceToken == Self.token)
         #expect(addressed.apnsID == single.notification(forToken: Self.token).apnsID)
         #expect(addressed.apnsID == StableID.apnsID(origin: single.origin, token: Self.token))
@@ -117,8 +116,7 @@ import Testing
         #expect((0..<4).map { fanOut.tokens.token(at: $0).isPacked } == [true, false, true, false])
         #expect(fanOut.tokens == [Self.token, short, Self.token, long])
         for index in 0..<4 {
-            var notification = fanOut.template
-            fanOut.address(&notification, tokenAt: index)
+            let notification = fanOut.request(tokenAt: index, context: UInt64(index), attempts: 0).notification
             #expect(notification.deviceToken == [Self.token, short, Self.token, long][index])
             #expect(notification.apnsID == fanOut.notification(forToken: fanOut.tokens[index]).apnsID)
         }

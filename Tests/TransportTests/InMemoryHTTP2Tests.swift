@@ -55,10 +55,10 @@ struct InMemoryHTTP2Tests {
         func serverToClient() -> Int { server.sendInMemory { client.receiveInMemory($0) } }
     }
 
-    static func request(_ index: UInt64) -> PendingRequest {
+    static func request(_ index: UInt64, payload: ArraySlice<UInt8> = Array(#"{"aps":{"alert":"hi"}}"#.utf8)[...]) -> PendingRequest {
         let notification = Notification(
             deviceToken: String(repeating: "ab", count: 32), topic: "com.example.herald", pushType: .alert,
-            apnsID: UUIDString.make(high: 0x4845_5241_4c44, low: index), payload: Array(#"{"aps":{"alert":"hi"}}"#.utf8))
+            apnsID: UUIDString.make(high: 0x4845_5241_4c44, low: index), payload: payload)
         return PendingRequest(notification: notification, context: index)
     }
 
@@ -200,6 +200,7 @@ struct InMemoryHTTP2Tests {
         #expect(request.notification.deviceToken == notification.deviceToken)
         #expect(request.notification.apnsID == notification.apnsID)
         #expect(request.apnsIDText == notification.apnsID && request.apnsIDBits == nil)
+        #expect(request.apnsID == notification.apnsID)
         #expect(Array(request.notification.payload) == Array(notification.payload))
         let builder = RequestHeaderBuilder(authority: "api.push.apple.com")
         func pairs(_ nva: UnsafePointer<nghttp2_nv>, _ count: Int) -> [String] {
@@ -216,6 +217,7 @@ struct InMemoryHTTP2Tests {
         // Another token and apns-id on the same template: only those two headers differ.
         let other = PendingRequest(source: request.source, token: DeviceToken(String(repeating: "ef", count: 32)),
                                    apnsIDBits: UUIDBits(high: 1, low: 2), context: 4)
+        #expect(other.apnsID == UUIDString.make(UUIDBits(high: 1, low: 2)) && other.apnsIDText == nil)
         let fromOther = try #require(builder.withHeaders(for: other, authorizationBytes: nil, pairs))
         #expect(fromOther.filter { !fromRequest.contains($0) }.sorted()
                 == [":path: /3/device/" + String(repeating: "ef", count: 32), "apns-id: " + UUIDString.make(UUIDBits(high: 1, low: 2))].sorted())
@@ -237,8 +239,7 @@ struct InMemoryHTTP2Tests {
             while sent.count < 4 && client.streamSlots > 0 {
                 let context = UInt64(sent.count)
                 let storage = (0..<30_007).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ Int(context)) }
-                var request = Self.request(context)
-                request.notification.payload = storage[5..<30_005]
+                let request = Self.request(context, payload: storage[5..<30_005])
                 sent.append(Array(storage[5..<30_005]))
                 #expect(client.submit(request))
             }
@@ -389,9 +390,7 @@ struct InMemoryHTTP2Tests {
     /// 4,000-byte payloads: the 65,535-byte window a connection starts with takes 16 and part of
     /// the 17th.
     static func largeRequest(_ context: UInt64) -> PendingRequest {
-        var request = Self.request(context)
-        request.notification.payload = ArraySlice((0..<4_000).map { UInt8(truncatingIfNeeded: $0 &+ Int(context)) })
-        return request
+        Self.request(context, payload: ArraySlice((0..<4_000).map { UInt8(truncatingIfNeeded: $0 &+ Int(context)) }))
     }
 
     /// The connection opens no stream whose DATA the server's connection window cannot take yet:

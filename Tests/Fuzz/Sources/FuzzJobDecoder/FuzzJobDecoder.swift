@@ -50,21 +50,17 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         // folded to lowercase, and addresses its request with the apns-id that text gives.
         let given = givenTokens(fields)
         for index in job.tokens.indices {
-            var addressed = job.template
-            job.address(&addressed, tokenAt: index)
+            // The worker's request names the job and carries the token and apns-id: the
+            // notification it stands for is the one built from the token's text.
+            let addressed = job.request(tokenAt: index, context: UInt64(index), attempts: job.attempts).notification
             let text = job.tokens[index]
             if job.tokens.token(at: index).isPacked, !given.contains(text) {
                 fatalError("a packed token does not spell any token the entry gave")
             }
-            guard addressed.deviceToken == text, addressed.apnsID == job.notification(forToken: text).apnsID else {
-                fatalError("a request addressed from the job differs from one built from its token's text")
-            }
-            // The worker's request names the job and carries the token and apns-id: the
-            // notification it stands for is the one addressed above.
-            let request = job.request(tokenAt: index, context: UInt64(index), attempts: job.attempts).notification
-            guard request.deviceToken == text, request.apnsID == addressed.apnsID, request.topic == addressed.topic,
-                  Array(request.payload) == Array(addressed.payload), request.isBroadcast == addressed.isBroadcast else {
-                fatalError("the worker's request for a token differs from the notification addressed to it")
+            let expected = job.notification(forToken: text)
+            guard addressed.deviceToken == text, addressed.apnsID == expected.apnsID, addressed.topic == expected.topic,
+                  Array(addressed.payload) == Array(expected.payload), addressed.isBroadcast == expected.isBroadcast else {
+                fatalError("the worker's request for a token differs from the notification built from its text")
             }
         }
         _ = job.origin
