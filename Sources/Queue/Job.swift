@@ -60,11 +60,16 @@ public struct JobDefaults: Sendable {
     public var maxTokensPerJob = 10_000
     /// Mixed into derived apns-ids (the worker uses its queue name), so equal entry ids of two
     /// queues never give one token the same apns-id.
-    public var apnsIDNamespace = ""
+    public var apnsIDNamespace = "" {
+        didSet { apnsIDSeed = StableID.Seed(namespace: apnsIDNamespace) }
+    }
+    /// `apnsIDNamespace` hashed once, here, instead of for every notification.
+    public private(set) var apnsIDSeed = StableID.Seed(namespace: "")
 
     public init(bundleID: String? = nil, apnsIDNamespace: String = "") {
         self.bundleID = bundleID
         self.apnsIDNamespace = apnsIDNamespace
+        apnsIDSeed = StableID.Seed(namespace: apnsIDNamespace)
     }
 }
 
@@ -105,8 +110,8 @@ public final class Job: NotificationTemplate, @unchecked Sendable {
     public var apnsIDBase: String { apnsIDBaseText ?? entryID.description }
     /// `apnsIDBase` when it is not simply this entry's own id.
     let apnsIDBaseText: String?
-    /// The defaults' namespace, mixed into derived apns-ids.
-    public let apnsIDNamespace: String
+    /// The defaults' namespace as hashed for derived apns-ids (`JobDefaults.apnsIDSeed`).
+    let apnsIDSeed: StableID.Seed
     /// Attempts already made before this entry (from a retry).
     public let attempts: Int
     /// Fields Herald does not know.
@@ -118,7 +123,7 @@ public final class Job: NotificationTemplate, @unchecked Sendable {
     init(
         entryID: StreamEntryID, fields: StreamFields, originText: String?, originID: StreamEntryID,
         enqueuedAt: Int64, tokens: JobTokens, invalidTokens: [(token: String, error: NotificationError)],
-        template: Notification, explicitAPNsID: String?, apnsIDBaseText: String?, apnsIDNamespace: String,
+        template: Notification, explicitAPNsID: String?, apnsIDBaseText: String?, apnsIDSeed: StableID.Seed,
         attempts: Int, unknownFields: Int, deliverAt: Int64? = nil, wantsReceipt: Bool
     ) {
         self.entryID = entryID
@@ -130,7 +135,7 @@ public final class Job: NotificationTemplate, @unchecked Sendable {
         self.invalidTokens = invalidTokens
         self.explicitAPNsID = explicitAPNsID
         self.apnsIDBaseText = apnsIDBaseText
-        self.apnsIDNamespace = apnsIDNamespace
+        self.apnsIDSeed = apnsIDSeed
         self.attempts = attempts
         self.unknownFields = unknownFields
         self.deliverAt = deliverAt
@@ -177,10 +182,10 @@ public final class Job: NotificationTemplate, @unchecked Sendable {
     public func derivedAPNsIDBits(for token: DeviceToken) -> UUIDBits? {
         if explicitAPNsID != nil { return nil }
         if let apnsIDBaseText {
-            return StableID.bits(namespace: apnsIDNamespace, origin: apnsIDBaseText, token: token)
+            return StableID.bits(seed: apnsIDSeed, origin: apnsIDBaseText, token: token)
         }
         // The same id as hashing `entryID.description`, without building that string.
-        return StableID.bits(namespace: apnsIDNamespace, origin: entryID, token: token)
+        return StableID.bits(seed: apnsIDSeed, origin: entryID, token: token)
     }
 
     /// Starts loading the headers of the objects freeing this job releases (its fields' storage

@@ -240,7 +240,7 @@ public enum JobDecoder {
             // A job's own `id` is sent as is only for a single notification; fan-out derives from it.
             explicitAPNsID: tokens.count + invalid.count == 1 && idBase == nil ? explicitID : nil,
             apnsIDBaseText: idBase ?? explicitID ?? origin,
-            apnsIDNamespace: defaults.apnsIDNamespace,
+            apnsIDSeed: defaults.apnsIDSeed,
             attempts: attempts, unknownFields: unknown, deliverAt: deliverAt, wantsReceipt: wantsReceipt))
     }
 

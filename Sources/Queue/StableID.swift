@@ -3,6 +3,12 @@ import APNs
 /// Derives the `apns-id` of a job's notification from the job's origin (its first stream entry id)
 /// and the device token: the same on every retry and on every worker, so a duplicate after a
 /// crash carries the same `apns-id` as the original.
+///
+/// The id is two FNV-1a 64 lanes over `namespace/origin:token` (the token's hex letters folded
+/// to lowercase), each finished by SplitMix64. Its value is pinned by tests: it must not change
+/// between versions. What is tuned is only how it is computed: the namespace's part once per
+/// queue (`Seed`), a packed token's digits spelled in one go, and each lane's constant folded
+/// into the next byte so that a byte costs its lane one xor and one multiply in sequence.
 public enum StableID {
     /// A canonical lowercase UUID from `origin` and `token` (FNV-1a 64 twice, with SplitMix
     /// finishing). A non-empty `namespace` (the queue) is hashed first, as if written
@@ -13,8 +19,7 @@ public enum StableID {
 
     /// The bits `apnsID(namespace:origin:token:)` spells.
     public static func bits(namespace: String = "", origin: String, token: String) -> UUIDBits {
-        var state = State(namespace: namespace, origin: origin)
-        return state.finish(token: token)
+        bits(seed: Seed(namespace: namespace), origin: origin, token: token)
     }
 
     /// The same id as `apnsID(namespace:origin:token:)` with `origin.description`, hashing the
@@ -25,92 +30,188 @@ public enum StableID {
 
     /// The bits `apnsID(namespace:origin:token:)` spells, for an entry id.
     public static func bits(namespace: String = "", origin: StreamEntryID, token: String) -> UUIDBits {
-        var state = State(namespace: namespace, origin: origin)
-        return state.finish(token: token)
+        bits(seed: Seed(namespace: namespace), origin: origin, token: token)
     }
 
     /// The bits for a token as the worker keeps it: the same as for its text.
     public static func bits(namespace: String = "", origin: String, token: DeviceToken) -> UUIDBits {
-        var state = State(namespace: namespace, origin: origin)
-        return state.finish(token: token)
+        bits(seed: Seed(namespace: namespace), origin: origin, token: token)
     }
 
     /// The bits for an entry id and a token as the worker keeps it: the same as for its text.
     public static func bits(namespace: String = "", origin: StreamEntryID, token: DeviceToken) -> UUIDBits {
-        var state = State(namespace: namespace, origin: origin)
+        bits(seed: Seed(namespace: namespace), origin: origin, token: token)
+    }
+
+    /// The same ids from a namespace hashed once (`JobDefaults` keeps one per queue).
+    @inline(__always)
+    public static func bits(seed: Seed, origin: String, token: String) -> UUIDBits {
+        var state = State(seed: seed)
+        state.feedOrigin(origin)
         return state.finish(token: token)
     }
 
-    /// Two FNV-1a 64 lanes over `namespace/origin:token`.
+    @inline(__always)
+    public static func bits(seed: Seed, origin: StreamEntryID, token: String) -> UUIDBits {
+        var state = State(seed: seed)
+        state.feedOrigin(origin)
+        return state.finish(token: token)
+    }
+
+    @inline(__always)
+    public static func bits(seed: Seed, origin: String, token: DeviceToken) -> UUIDBits {
+        var state = State(seed: seed)
+        state.feedOrigin(origin)
+        return state.finish(token: token)
+    }
+
+    @inline(__always)
+    public static func bits(seed: Seed, origin: StreamEntryID, token: DeviceToken) -> UUIDBits {
+        var state = State(seed: seed)
+        state.feedOrigin(origin)
+        return state.finish(token: token)
+    }
+
+    /// Both lanes after `namespace/` (or the lanes' start for no namespace): the part of every
+    /// id of a queue that depends on the queue alone, hashed when the queue is configured.
+    public struct Seed: Sendable, Equatable {
+        let high: UInt64
+        let low: UInt64
+
+        public init(namespace: String) {
+            var state = State()
+            if !namespace.isEmpty {
+                var namespace = namespace
+                namespace.withUTF8 { state.feed(UnsafeRawBufferPointer($0), lowConstant: State.originConstant) }
+                state.feed(0x2F, lowConstant: State.originConstant)  // "/"
+            }
+            high = state.high
+            low = state.low
+        }
+    }
+
+    /// Two FNV-1a 64 lanes. The low lane xors a constant into each product (`originConstant`
+    /// for the namespace and origin, `tokenConstant` for the token's digits); the feeds below
+    /// fold that constant into the next byte's xor, which is not on the lane's chain.
     struct State {
+        static let prime: UInt64 = 0x100_0000_01b3
+        static let originConstant: UInt64 = 0x9E37
+        static let tokenConstant: UInt64 = 0x7F4A
+
         var high: UInt64 = 0xcbf2_9ce4_8422_2325
         var low: UInt64 = 0x8422_2325_cbf2_9ce4
 
-        init(namespace: String) {
-            if !namespace.isEmpty {
-                // Read as a buffer: iterating the UTF8View cost ~280 instructions a job.
-                var namespace = namespace
-                namespace.withUTF8 { bytes in
-                    for byte in bytes { feedOrigin(byte) }
-                }
-                feedOrigin(0x2F)  // "/"
+        init() {}
+
+        @inline(__always)
+        init(seed: Seed) {
+            high = seed.high
+            low = seed.low
+        }
+
+        @inline(__always)
+        mutating func feed(_ byte: UInt8, lowConstant: UInt64) {
+            high = (high ^ UInt64(byte)) &* State.prime
+            low = (low ^ UInt64(byte)) &* State.prime ^ lowConstant
+        }
+
+        /// Each of `bytes` as `feed(_:lowConstant:)` would: the low lane keeps its product and
+        /// xors the constant together with the next byte, off the chain of multiplies.
+        @inline(__always)
+        mutating func feed(_ bytes: UnsafeRawBufferPointer, lowConstant: UInt64) {
+            guard !bytes.isEmpty else { return }
+            var high = self.high, low = self.low
+            var carried: UInt64 = 0
+            for byte in bytes {
+                high = (high ^ UInt64(byte)) &* State.prime
+                low = (low ^ (UInt64(byte) ^ carried)) &* State.prime
+                carried = lowConstant
             }
+            self.high = high
+            self.low = low ^ lowConstant
         }
 
-        /// The state after `namespace/origin`.
+        /// The same over the bytes with ASCII `A`–`F` folded to `a`–`f` (a token's text).
         @inline(__always)
-        init(namespace: String, origin: String) {
-            self.init(namespace: namespace)
-            for byte in origin.utf8 { feedOrigin(byte) }
+        mutating func feedFolded(_ bytes: UnsafeRawBufferPointer, lowConstant: UInt64) {
+            guard !bytes.isEmpty else { return }
+            var high = self.high, low = self.low
+            var carried: UInt64 = 0
+            for byte in bytes {
+                let folded = UInt64((byte >= 0x41 && byte <= 0x46) ? byte | 0x20 : byte)
+                high = (high ^ folded) &* State.prime
+                low = (low ^ (folded ^ carried)) &* State.prime
+                carried = lowConstant
+            }
+            self.high = high
+            self.low = low ^ lowConstant
         }
 
-        /// The state after `namespace/` and the entry id's text, its digits fed as produced.
         @inline(__always)
-        init(namespace: String, origin: StreamEntryID) {
-            self.init(namespace: namespace)
+        mutating func feedOrigin(_ origin: String) {
+            origin.utf8Span.span.withUnsafeBytes { feed($0, lowConstant: State.originConstant) }
+        }
+
+        /// The entry id's text, its digits fed as produced: the same state as its string.
+        @inline(__always)
+        mutating func feedOrigin(_ origin: StreamEntryID) {
             feedDecimal(origin.milliseconds)
-            feedOrigin(0x2D)  // "-"
+            feed(0x2D, lowConstant: State.originConstant)  // "-"
             feedDecimal(origin.sequence)
-        }
-
-        @inline(__always)
-        mutating func feedOrigin(_ byte: UInt8) {
-            high = (high ^ UInt64(byte)) &* 0x100_0000_01b3
-            low = (low ^ UInt64(byte)) &* 0x100_0000_01b3 ^ 0x9E37
         }
 
         /// `value`'s decimal digits, most significant first, with no string in between.
         mutating func feedDecimal(_ value: UInt64) {
-            DecimalDigits.with(value) { digits in
-                for digit in digits { feedOrigin(digit) }
-            }
+            DecimalDigits.with(value) { digits in feed(digits, lowConstant: State.originConstant) }
         }
 
+        /// The `:` before the token (no constant in either lane), then the token's digits.
         @inline(__always)
-        mutating func feedToken(_ byte: UInt8) {
-            let folded = (byte >= 0x41 && byte <= 0x46) ? byte | 0x20 : byte
-            high = (high ^ UInt64(folded)) &* 0x100_0000_01b3
-            low = (low ^ UInt64(folded)) &* 0x100_0000_01b3 ^ 0x7F4A
+        mutating func separateToken() {
+            high = (high ^ 0x3A) &* State.prime
+            low = (low ^ 0x3A) &* State.prime
         }
 
-        /// A packed token's digits are its lowercase text, fed as they are spelled: the same id
-        /// as its text gives, with no string read.
+        /// A packed token's digits are its lowercase text, spelled into a buffer at once and
+        /// fed: the same id as its text gives, with no string read.
         mutating func finish(token: DeviceToken) -> UUIDBits {
             if let text = token.text { return finish(token: text) }
-            high = (high ^ 0x3A) &* 0x100_0000_01b3
-            low = (low ^ 0x3A) &* 0x100_0000_01b3
-            token.forEachPackedDigit { feedToken($0) }
+            separateToken()
+            var digits: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0, 0)
+            // Each digit after the first as the low lane takes it, xored with the constant of the
+            // digit before: loaded from memory, the compiler cannot put that xor back on the
+            // lane's chain (written as `low ^ (digit ^ constant)`, it made two xors of it).
+            var carried = (digits, digits)
+            withUnsafeMutableBytes(of: &digits) { buffer in
+                let text = buffer.baseAddress!.assumingMemoryBound(to: UInt8.self)
+                token.writeHex(into: text)
+                withUnsafeMutableBytes(of: &carried) { carried in
+                    let lowBytes = carried.baseAddress!.assumingMemoryBound(to: UInt16.self)
+                    for index in 1..<DeviceToken.packedDigits {
+                        lowBytes[index] = UInt16(text[index]) ^ UInt16(truncatingIfNeeded: State.tokenConstant)
+                    }
+                    var high = self.high, low = self.low
+                    let first = UInt64(text[0])
+                    high = (high ^ first) &* State.prime
+                    low = (low ^ first) &* State.prime
+                    for index in 1..<DeviceToken.packedDigits {
+                        high = (high ^ UInt64(text[index])) &* State.prime
+                        low = (low ^ UInt64(lowBytes[index])) &* State.prime
+                    }
+                    self.high = high
+                    self.low = low ^ State.tokenConstant
+                }
+            }
             return UUIDBits(high: StableID.mix(high), low: StableID.mix(low ^ high))
         }
 
         mutating func finish(token: String) -> UUIDBits {
-            high = (high ^ 0x3A) &* 0x100_0000_01b3
-            low = (low ^ 0x3A) &* 0x100_0000_01b3
+            separateToken()
             // Tokens are hex in either case: fold to lowercase so both spell one id. The bytes
             // are read as a buffer (iterating UTF8View costs more than the hash), borrowed through
             // `utf8Span`: a `var` copy for `withUTF8` retained and released the token's storage.
-            token.utf8Span.span.withUnsafeBufferPointer { bytes in
-                for byte in bytes { feedToken(byte) }
+            token.utf8Span.span.withUnsafeBytes { bytes in
+                feedFolded(bytes, lowConstant: State.tokenConstant)
             }
             return UUIDBits(high: StableID.mix(high), low: StableID.mix(low ^ high))
         }

@@ -327,6 +327,51 @@ import Testing
                                               token: pinned)) == "3009deaf-ea11-8236-bcd8-b19a889f949f")
     }
 
+    /// The derivation as written in the docs, byte by byte: every way Herald computes an id
+    /// (namespace hashed once, a packed token's digits spelled at once, the lanes' constants
+    /// folded off their chains) must give what this gives.
+    static func plainBits(namespace: String, origin: String, token: String) -> UUIDBits {
+        var high: UInt64 = 0xcbf2_9ce4_8422_2325, low: UInt64 = 0x8422_2325_cbf2_9ce4
+        let prime: UInt64 = 0x100_0000_01b3
+        let prefix = namespace.isEmpty ? origin : namespace + "/" + origin
+        for byte in prefix.utf8 {
+            high = (high ^ UInt64(byte)) &* prime
+            low = ((low ^ UInt64(byte)) &* prime) ^ 0x9E37
+        }
+        high = (high ^ 0x3A) &* prime
+        low = (low ^ 0x3A) &* prime
+        for byte in token.lowercased().utf8 {
+            high = (high ^ UInt64(byte)) &* prime
+            low = ((low ^ UInt64(byte)) &* prime) ^ 0x7F4A
+        }
+        var first = SplitMix64(seed: high), second = SplitMix64(seed: low ^ high)
+        return UUIDBits(high: first.next(), low: second.next())
+    }
+
+    @Test func everyFormMatchesThePlainDerivation() {
+        var generator = SplitMix64(seed: 23)
+        let namespaces = ["", "a", "orders", String(repeating: "queue-name/", count: 9)]
+        for round in 0..<400 {
+            var token = ""
+            for _ in 0..<4 { token += String(generator.next() | 1 << 63, radix: 16).suffix(16) }
+            if round % 3 == 1 { token = token.uppercased() }
+            if round % 5 == 4 { token = String(token.prefix(Int(generator.next() % 70))) }  // text, not packed
+            let packed = Array(token.utf8).withUnsafeBytes { DeviceToken(lowercasing: $0) }
+            #expect(packed.isPacked == (token.utf8.count == 64))
+            let entry = StreamEntryID(milliseconds: generator.next() >> UInt64(generator.next() % 64),
+                                      sequence: round % 7 == 0 ? UInt64.max : generator.next() % 1_000)
+            let namespace = namespaces[round % namespaces.count]
+            let expected = Self.plainBits(namespace: namespace, origin: entry.description, token: token)
+            #expect(StableID.bits(namespace: namespace, origin: entry, token: packed) == expected)
+            #expect(StableID.bits(namespace: namespace, origin: entry.description, token: packed) == expected)
+            #expect(StableID.bits(namespace: namespace, origin: entry, token: token) == expected)
+            #expect(StableID.bits(seed: StableID.Seed(namespace: namespace), origin: entry, token: packed) == expected)
+            var defaults = JobDefaults()
+            defaults.apnsIDNamespace = namespace
+            #expect(defaults.apnsIDSeed == StableID.Seed(namespace: namespace))
+        }
+    }
+
     @Test func isCanonicalAndStable() {
         let id = StableID.apnsID(origin: "1700000000123-4", token: "abcd")
         #expect(UUIDString.isCanonical(id))
