@@ -7,8 +7,8 @@ import APNs
 /// The id is two FNV-1a 64 lanes over `namespace/origin:token` (the token's hex letters folded
 /// to lowercase), each finished by SplitMix64. Its value is pinned by tests: it must not change
 /// between versions. What is tuned is only how it is computed: the namespace's part once per
-/// queue (`Seed`), a packed token's digits spelled in one go, and each lane's constant folded
-/// into the next byte so that a byte costs its lane one xor and one multiply in sequence.
+/// queue (`Seed`), and a packed token's digits spelled in one go and fed so that each costs a
+/// lane one xor and one multiply in sequence.
 public enum StableID {
     /// A canonical lowercase UUID from `origin` and `token` (FNV-1a 64 twice, with SplitMix
     /// finishing). A non-empty `namespace` (the queue) is hashed first, as if written
@@ -19,7 +19,7 @@ public enum StableID {
 
     /// The bits `apnsID(namespace:origin:token:)` spells.
     public static func bits(namespace: String = "", origin: String, token: String) -> UUIDBits {
-        bits(seed: Seed(namespace: namespace), origin: origin, token: token)
+        bits(seed: Seed(namespace: namespace), origin: origin, token: DeviceToken(token))
     }
 
     /// The same id as `apnsID(namespace:origin:token:)` with `origin.description`, hashing the
@@ -30,7 +30,7 @@ public enum StableID {
 
     /// The bits `apnsID(namespace:origin:token:)` spells, for an entry id.
     public static func bits(namespace: String = "", origin: StreamEntryID, token: String) -> UUIDBits {
-        bits(seed: Seed(namespace: namespace), origin: origin, token: token)
+        bits(seed: Seed(namespace: namespace), origin: origin, token: DeviceToken(token))
     }
 
     /// The bits for a token as the worker keeps it: the same as for its text.
@@ -43,21 +43,8 @@ public enum StableID {
         bits(seed: Seed(namespace: namespace), origin: origin, token: token)
     }
 
-    /// The same ids from a namespace hashed once (`JobDefaults` keeps one per queue).
-    @inline(__always)
-    public static func bits(seed: Seed, origin: String, token: String) -> UUIDBits {
-        var state = State(seed: seed)
-        state.feedOrigin(origin)
-        return state.finish(token: token)
-    }
-
-    @inline(__always)
-    public static func bits(seed: Seed, origin: StreamEntryID, token: String) -> UUIDBits {
-        var state = State(seed: seed)
-        state.feedOrigin(origin)
-        return state.finish(token: token)
-    }
-
+    /// The same ids from a namespace hashed once (`JobDefaults` keeps one per queue). A token
+    /// kept as text (`DeviceToken(_:)`) hashes its text, folded, as the string forms do.
     @inline(__always)
     public static func bits(seed: Seed, origin: String, token: DeviceToken) -> UUIDBits {
         var state = State(seed: seed)
@@ -91,8 +78,7 @@ public enum StableID {
     }
 
     /// Two FNV-1a 64 lanes. The low lane xors a constant into each product (`originConstant`
-    /// for the namespace and origin, `tokenConstant` for the token's digits); the feeds below
-    /// fold that constant into the next byte's xor, which is not on the lane's chain.
+    /// for the namespace and origin, `tokenConstant` for the token's digits).
     struct State {
         static let prime: UInt64 = 0x100_0000_01b3
         static let originConstant: UInt64 = 0x9E37
@@ -115,36 +101,18 @@ public enum StableID {
             low = (low ^ UInt64(byte)) &* State.prime ^ lowConstant
         }
 
-        /// Each of `bytes` as `feed(_:lowConstant:)` would: the low lane keeps its product and
-        /// xors the constant together with the next byte, off the chain of multiplies.
+        /// Each of `bytes` as `feed(_:lowConstant:)` would, with ASCII `A`–`F` folded to `a`–`f`
+        /// first when `foldingHex` (a token's text).
         @inline(__always)
-        mutating func feed(_ bytes: UnsafeRawBufferPointer, lowConstant: UInt64) {
-            guard !bytes.isEmpty else { return }
+        mutating func feed(_ bytes: UnsafeRawBufferPointer, lowConstant: UInt64, foldingHex: Bool = false) {
             var high = self.high, low = self.low
-            var carried: UInt64 = 0
             for byte in bytes {
-                high = (high ^ UInt64(byte)) &* State.prime
-                low = (low ^ (UInt64(byte) ^ carried)) &* State.prime
-                carried = lowConstant
+                let value = UInt64(foldingHex && byte >= 0x41 && byte <= 0x46 ? byte | 0x20 : byte)
+                high = (high ^ value) &* State.prime
+                low = (low ^ value) &* State.prime ^ lowConstant
             }
             self.high = high
-            self.low = low ^ lowConstant
-        }
-
-        /// The same over the bytes with ASCII `A`–`F` folded to `a`–`f` (a token's text).
-        @inline(__always)
-        mutating func feedFolded(_ bytes: UnsafeRawBufferPointer, lowConstant: UInt64) {
-            guard !bytes.isEmpty else { return }
-            var high = self.high, low = self.low
-            var carried: UInt64 = 0
-            for byte in bytes {
-                let folded = UInt64((byte >= 0x41 && byte <= 0x46) ? byte | 0x20 : byte)
-                high = (high ^ folded) &* State.prime
-                low = (low ^ (folded ^ carried)) &* State.prime
-                carried = lowConstant
-            }
-            self.high = high
-            self.low = low ^ lowConstant
+            self.low = low
         }
 
         @inline(__always)
@@ -211,7 +179,7 @@ public enum StableID {
             // are read as a buffer (iterating UTF8View costs more than the hash), borrowed through
             // `utf8Span`: a `var` copy for `withUTF8` retained and released the token's storage.
             token.utf8Span.span.withUnsafeBytes { bytes in
-                feedFolded(bytes, lowConstant: State.tokenConstant)
+                feed(bytes, lowConstant: State.tokenConstant, foldingHex: true)
             }
             return UUIDBits(high: StableID.mix(high), low: StableID.mix(low ^ high))
         }
