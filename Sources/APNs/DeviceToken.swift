@@ -94,29 +94,6 @@ public struct DeviceToken: Sendable, Hashable, CustomStringConvertible, CustomDe
         Self.storeHex(word3, raw + 48)
     }
 
-    /// Calls `body` with each of a packed token's 64 digits in turn, as lowercase ASCII, the
-    /// first first. Nothing for a token kept as text.
-    @inlinable @inline(__always)
-    public func forEachPackedDigit(_ body: (UInt8) -> Void) {
-        guard text == nil else { return }
-        Self.forEachDigit(of: word0, body)
-        Self.forEachDigit(of: word1, body)
-        Self.forEachDigit(of: word2, body)
-        Self.forEachDigit(of: word3, body)
-    }
-
-    @inlinable @inline(__always)
-    static func forEachDigit(of word: UInt64, _ body: (UInt8) -> Void) {
-        var shift: UInt64 = 64
-        while shift > 0 {
-            shift &-= 4
-            // Not `UUIDString.hexDigit`: its form of the same choice cost 420 more instructions
-            // a notification here (callgrind, end to end), the hash's 64 digits each.
-            let nibble = UInt8(truncatingIfNeeded: word &>> shift) & 0xF
-            body(nibble &+ (nibble > 9 ? 0x57 : 0x30))
-        }
-    }
-
     /// The 16 digits of `word` as ASCII, most significant first, stored at `target` (unaligned).
     @inlinable @inline(__always)
     static func storeHex(_ word: UInt64, _ target: UnsafeMutableRawPointer) {

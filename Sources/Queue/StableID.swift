@@ -68,8 +68,7 @@ public enum StableID {
         public init(namespace: String) {
             var state = State()
             if !namespace.isEmpty {
-                var namespace = namespace
-                namespace.withUTF8 { state.feed(UnsafeRawBufferPointer($0), lowConstant: State.originConstant) }
+                state.feedOrigin(namespace)
                 state.feed(0x2F, lowConstant: State.originConstant)  // "/"
             }
             high = state.high

@@ -1053,7 +1053,7 @@ public final class QueueWorker: ConnectionPoolDelegate, RedisConnectionDelegate,
         if traceNotifications {
             // One line per notification only at trace level; the token is shortened, never whole.
             logger.trace("notification answered", metadata: [
-                "context": "\(request.context)", "token": "\(request.token.string.prefix(8))…",
+                "context": "\(request.context)", "token": "\(request.token)",
                 "apns_id": "\(request.apnsID ?? "")", "attempts": "\(request.attempts)", "outcome": "\(outcome)",
             ])
         }

@@ -36,9 +36,6 @@ import Testing
             #expect(token.text == nil)
             #expect(Array(token.string.utf8) == text)
             #expect(token.withUTF8 { Array($0) } == text)
-            var digits: [UInt8] = []
-            token.forEachPackedDigit { digits.append($0) }
-            #expect(digits == text)
             var written = [UInt8](repeating: 0, count: 66)
             written.withUnsafeMutableBufferPointer { token.writeHex(into: $0.baseAddress! + 1) }
             #expect(Array(written[1...64]) == text && written[0] == 0 && written[65] == 0)
