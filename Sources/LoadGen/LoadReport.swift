@@ -33,6 +33,10 @@ public struct LoadReport: Sendable {
     /// CPU seconds of the other processes on the machine's cores during the run (redis-server and
     /// the emulator when started here, and loadgen itself): where the rest of the CPU went.
     public var otherCPUSeconds: [(name: String, seconds: Double)] = []
+    /// Seconds each process (the workers summed) was runnable but not running during the run: a
+    /// machine whose processes wait for its cores shows it here, whatever the CPU seconds say.
+    /// Empty when the kernel keeps no schedstat.
+    public var cpuWaitSeconds: [(name: String, seconds: Double)] = []
     public var timedOut = false
     /// Priority-lane runs: the backlog's jobs (within `jobs`), and the rate at which notifications
     /// other than the measured ones were accepted while the measured jobs were being enqueued.
@@ -134,6 +138,10 @@ public struct LoadReport: Sendable {
             let parts = otherCPUSeconds.map { "\($0.name) \(PercentText.fixed($0.seconds, digits: 2)) s" }
             lines.append("  other CPU (user+sys)   " + parts.joined(separator: ", ") + " during the run")
         }
+        if !cpuWaitSeconds.isEmpty {
+            let parts = cpuWaitSeconds.map { "\($0.name) \(PercentText.fixed($0.seconds, digits: 2)) s" }
+            lines.append("  waiting for a CPU      " + parts.joined(separator: ", ") + " (runnable, not running: schedstat)")
+        }
         lines.append("conditions")
         for (name, value) in conditions.lines {
             lines.append("  " + name + String(repeating: " ", count: max(1, 23 - name.count)) + value)
@@ -193,11 +201,15 @@ public struct LoadReport: Sendable {
         var workers = JSONObjectText()
         workers.add("cpu_seconds", workerCPUSeconds)
         workers.add("cpu_seconds_per_100k_notifications", cpuSecondsPer100k)
+        workers.add("cpu_wait_seconds", cpuWaitSeconds.first { $0.name == "worker" || $0.name == "workers" }?.seconds)
         workers.add("peak_vmhwm_bytes", peakWorkerHWMBytes)
         workers.add("max_vmrss_bytes", maxWorkerRSSBytes)
         root.addRaw("workers", workers.text)
         var others = JSONObjectText()
         for (name, seconds) in otherCPUSeconds { others.add(name.replacingDashes + "_cpu_seconds", seconds) }
+        for (name, seconds) in cpuWaitSeconds where name != "worker" && name != "workers" {
+            others.add(name.replacingDashes + "_cpu_wait_seconds", seconds)
+        }
         root.addRaw("other_processes", others.text)
         var conditionsObject = JSONObjectText()
         let c = conditions

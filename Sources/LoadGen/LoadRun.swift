@@ -159,7 +159,11 @@ public final class LoadRun {
         let sampler = ProcessSampler(pids: workerProcesses.map(\.pid))
         let helpers = helperProcesses.map { (name: $0.name, sampler: ProcessSampler(pids: [$0.process.pid])) }
         let helperCPUAtStart = helpers.map { helper -> Double in helper.sampler.sample(); return helper.sampler.totalCPUSeconds }
+        let helperWaitAtStart = helpers.map(\.sampler.totalCPUWaitSeconds)
         let ownCPUAtStart = LoadRun.ownCPUSeconds()
+        let own = ProcessSampler(pids: [getpid()])
+        own.sample()
+        let ownWaitAtStart = own.totalCPUWaitSeconds
 
         // Watch until every job has an outcome.
         let deadline = clockStart + Int64(c.timeoutSeconds) * 1000
@@ -241,6 +245,7 @@ public final class LoadRun {
         sampler.sample()
         for helper in helpers { helper.sampler.sample() }
         let ownCPU = LoadRun.ownCPUSeconds() - ownCPUAtStart
+        own.sample()
         conditions.loadAverageAtEnd = RunConditions.loadAverage()
 
         // Count every outcome; the workers publish their counters once a second, so give the
@@ -291,6 +296,15 @@ public final class LoadRun {
             report.maxWorkerRSSBytes = sampler.maxRSSBytes
         }
         report.otherCPUSeconds = zip(helpers, helperCPUAtStart).map { ($0.name, $0.sampler.totalCPUSeconds - $1) } + [("loadgen", ownCPU)]
+        // Waiting for a CPU: what the machine's other processes (and each other) cost the run.
+        func waited(_ now: Double?, since start: Double?) -> Double? { now.map { $0 - (start ?? 0) } }
+        var waits: [(name: String, seconds: Double)] = []
+        if !c.attachWorkers, let workers = sampler.totalCPUWaitSeconds { waits.append((c.workers == 1 ? "worker" : "workers", workers)) }
+        for (helper, start) in zip(helpers, helperWaitAtStart) {
+            if let seconds = waited(helper.sampler.totalCPUWaitSeconds, since: start) { waits.append((helper.name, seconds)) }
+        }
+        if let seconds = waited(own.totalCPUWaitSeconds, since: ownWaitAtStart) { waits.append(("loadgen", seconds)) }
+        report.cpuWaitSeconds = waits
         progress?("")
 
         conditions.mode = c.isSteady

@@ -96,6 +96,15 @@ extension IntegrationTests {
             let workers = report["workers"] as? [String: Any]
             #expect((double(workers, "cpu_seconds") ?? 0) > 0)
             #expect((int(workers, "peak_vmhwm_bytes") ?? 0) > 1_000_000)
+            if ProcessSampler.runQueueWaits(pid: getpid()) != nil {
+                // The kernel keeps schedstat: every process's wait for a CPU is reported.
+                #expect((double(workers, "cpu_wait_seconds") ?? -1) >= 0, "\(report)")
+                let others = report["other_processes"] as? [String: Any]
+                for name in ["redis_server", "emulator", "loadgen"] {
+                    #expect((double(others, name + "_cpu_wait_seconds") ?? -1) >= 0, "\(name) in \(report)")
+                }
+                #expect(output.contains("waiting for a CPU      worker "), "\(output)")
+            }
 
             let conditions = try #require(report["conditions"] as? [String: Any])
             #expect((int(conditions, "cores") ?? 0) >= 1)

@@ -1,4 +1,5 @@
 import APNs
+import Foundation
 @testable import LoadGen
 @testable import MockAPNs
 import Queue
@@ -223,6 +224,48 @@ import Testing
         // A command name with spaces and a parenthesis must not shift the fields.
         let stat = "4242 (herald (w) 1) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 3 0 12345 0 0"
         #expect(ProcessSampler.cpuTicks(statText: stat) == 325)
+    }
+
+    @Test func schedstatGivesTheRunQueueDelay() {
+        #expect(ProcessSampler.runQueueWait(schedstatText: "2391822411 18446744 9122\n") == 18_446_744)
+        #expect(ProcessSampler.runQueueWait(schedstatText: "2391822411 0 9122") == 0)
+        for garbage in ["", "\n", "12 34", "12 x 56", "12 -3 56"] {
+            #expect(ProcessSampler.runQueueWait(schedstatText: garbage) == nil, "\(garbage.debugDescription)")
+        }
+    }
+
+    /// More spinning threads than cores: together they wait for a CPU at least as long as the
+    /// cores could not run them, and the sampler (of this very process) must see that, and keep
+    /// it once the threads have exited.
+    @Test func threadsThatOutnumberTheCoresAreSeenWaiting() throws {
+        guard ProcessSampler.runQueueWaits(pid: getpid()) != nil else { return }  // no schedstat in this kernel
+        let cores = max(1, min(32, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))))
+        let sampler = ProcessSampler(pids: [getpid()])
+        sampler.sample()
+        let before = try #require(sampler.totalCPUWaitSeconds)
+        let spinMilliseconds = 300.0
+        let spun = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0), exited = DispatchSemaphore(value: 0)
+        for _ in 0...cores {
+            Thread.detachNewThread {
+                let start = DispatchTime.now().uptimeNanoseconds
+                var spins = 0
+                while Double(DispatchTime.now().uptimeNanoseconds - start) < spinMilliseconds * 1e6 { spins &+= 1 }
+                spun.signal()
+                release.wait()  // alive until sampled
+                exited.signal()
+            }
+        }
+        for _ in 0...cores { spun.wait() }
+        sampler.sample()
+        let waited = try #require(sampler.totalCPUWaitSeconds) - before
+        // cores + 1 threads for 0.3 s on `cores` CPUs: at least 0.3 s of waiting among them (the
+        // test runner's other work only adds to it); half of that leaves room for clock rounding.
+        #expect(waited >= spinMilliseconds / 1000 / 2, "waited \(waited) s with \(cores + 1) threads on \(cores) cores")
+        for _ in 0...cores { release.signal() }
+        for _ in 0...cores { exited.wait() }
+        usleep(50_000)  // the threads' last instructions after signalling
+        sampler.sample()
+        #expect(try #require(sampler.totalCPUWaitSeconds) - before >= waited, "an exited thread's wait was dropped")
     }
 
     @Test func prometheusSumsMatchLabels() {
