@@ -105,3 +105,23 @@ extension LatencyPercentiles {
         return result
     }
 }
+
+/// One window of an emulator's latency timeline (`/_herald/timeline`): the answers sent in it and
+/// their enqueue-to-answer latency.
+public struct LatencyWindow: Sendable, Equatable {
+    /// Start of the window, µs since the epoch (the answer clock).
+    public var startMicros: Int64
+    public var answered: Int
+    public var meanMicros: Int64
+    public var maxMicros: Int64
+    /// Answers whose latency exceeded the timeline's threshold.
+    public var over: Int
+
+    public init(startMicros: Int64, answered: Int, meanMicros: Int64, maxMicros: Int64, over: Int) {
+        self.startMicros = startMicros
+        self.answered = answered
+        self.meanMicros = meanMicros
+        self.maxMicros = maxMicros
+        self.over = over
+    }
+}

@@ -72,6 +72,12 @@ public struct LoadGenConfiguration: Sendable {
     public var progress = false
     /// Keep the temporary directory (logs, keys) after the run.
     public var keepFiles = false
+    /// The latency timeline (`/_herald/timeline`): its windows' width and the latency above which
+    /// an answer counts as over (the emulator loadgen starts gets both); fetched in steady mode,
+    /// and in a drain when `timelineWanted` (`--timeline FILE`).
+    public var timelineWindowMilliseconds: Int64 = 10
+    public var timelineOverMilliseconds: Int64 = 5
+    public var timelineWanted = false
 
     /// Versions to state in the conditions (the command line knows them).
     public var heraldVersion = "unknown"
@@ -93,6 +99,8 @@ public struct LoadGenConfiguration: Sendable {
     /// Checks the combination; the message names the flag.
     public func validate() throws(LoadGenError) {
         guard notifications >= 1 else { throw LoadGenError("--notifications must be at least 1") }
+        guard (1...3_600_000).contains(timelineWindowMilliseconds) else { throw LoadGenError("--timeline-window-ms must be 1 to 3600000") }
+        guard (0...3_600_000).contains(timelineOverMilliseconds) else { throw LoadGenError("--timeline-over-ms must be 0 to 3600000") }
         guard tokens >= 1 else { throw LoadGenError("--tokens must be at least 1") }
         guard (1...10_000).contains(fanout) else { throw LoadGenError("--fanout must be 1 to 10000") }
         guard fanout <= tokens else { throw LoadGenError("--fanout \(fanout) needs at least as many --tokens") }

@@ -37,6 +37,10 @@ public struct LoadReport: Sendable {
     /// machine whose processes wait for its cores shows it here, whatever the CPU seconds say.
     /// Empty when the kernel keeps no schedstat.
     public var cpuWaitSeconds: [(name: String, seconds: Double)] = []
+    /// The run's latency per window of time (steady mode, or `--timeline`), and the wall-clock
+    /// start of the run's clock (µs since the epoch) its offsets count from.
+    public var timeline: LatencySeries? = nil
+    public var timelineOriginMicros: Int64 = 0
     public var timedOut = false
     /// Priority-lane runs: the backlog's jobs (within `jobs`), and the rate at which notifications
     /// other than the measured ones were accepted while the measured jobs were being enqueued.
@@ -119,6 +123,9 @@ public struct LoadReport: Sendable {
         } else {
             lines.append("  latency                not measured (the emulator was not started with --measure-latency)")
         }
+        if let timeline {
+            lines.append("  latency over time      " + timelineSummary(timeline))
+        }
         if backlog > 0 {
             lines.append("  backlog                \(g(backlog)) bulk jobs enqueued before the workers started (not in the latency)")
             if let rate = backlogRatePerSecond {
@@ -197,6 +204,7 @@ public struct LoadReport: Sendable {
         }
         root.addRaw("latency", latencyObject(latency))
         root.addRaw("latency_from_schedule", latencyObject(latencyFromSchedule))
+        root.addRaw("timeline", timeline.map(timelineObject) ?? "null")
         root.add("producer_max_behind_ms", producerMaxBehindMilliseconds)
         var workers = JSONObjectText()
         workers.add("cpu_seconds", workerCPUSeconds)
@@ -240,6 +248,49 @@ public struct LoadReport: Sendable {
         conditionsObject.add("git_commit", c.gitCommit)
         root.addRaw("conditions", conditionsObject.text)
         return root.text
+    }
+}
+
+extension LoadReport {
+    /// How many stretches of slow answers the summary names.
+    static let stretchesShown = 3
+
+    /// One line: the windows, how many had answers over the threshold, and the worst stretches
+    /// (seconds from the run's start, answers over, the largest latency).
+    func timelineSummary(_ timeline: LatencySeries) -> String {
+        let g = PercentText.grouped
+        let ms = { (micros: Int64) in PercentText.trimmed(Double(micros) / 1000, digits: 1) }
+        let seconds = { (micros: Int64) in PercentText.fixed(Double(micros - self.timelineOriginMicros) / 1e6, digits: 2) }
+        let overWindows = timeline.windows.filter { $0.over > 0 }.count
+        var text = "\(g(timeline.windows.count)) windows of \(ms(timeline.windowMicros)) ms, \(g(overWindows)) with answers over "
+            + "\(ms(timeline.overMicros)) ms (\(g(timeline.over)) answers)"
+        let stretches = timeline.stretches.prefix(LoadReport.stretchesShown)
+        if !stretches.isEmpty {
+            text += "; worst: " + stretches.map {
+                "\(seconds($0.startMicros))–\(seconds($0.endMicros)) s \(g($0.over)) over, up to \(ms($0.maxMicros)) ms"
+            }.joined(separator: " · ")
+        }
+        if timeline.windowsDropped > 0 { text += "; \(g(Int(timeline.windowsDropped))) earlier windows no longer held" }
+        return text
+    }
+
+    func timelineObject(_ timeline: LatencySeries) -> String {
+        var object = JSONObjectText()
+        object.add("window_ms", Double(timeline.windowMicros) / 1000)
+        object.add("over_ms", Double(timeline.overMicros) / 1000)
+        object.add("windows", timeline.windows.count)
+        object.add("windows_with_over", timeline.windows.filter { $0.over > 0 }.count)
+        object.add("answers_over", timeline.over)
+        let stretches = timeline.stretches.prefix(LoadReport.stretchesShown).map { stretch -> String in
+            var item = JSONObjectText()
+            item.add("start_s", Double(stretch.startMicros - timelineOriginMicros) / 1e6)
+            item.add("end_s", Double(stretch.endMicros - timelineOriginMicros) / 1e6)
+            item.add("over", stretch.over)
+            item.add("max_ms", Double(stretch.maxMicros) / 1000)
+            return item.text
+        }
+        object.addRaw("worst_stretches", "[" + stretches.joined(separator: ",") + "]")
+        return object.text
     }
 }
 

@@ -282,6 +282,16 @@ public final class LoadRun {
             try redis.idle(milliseconds: 250)
         }
         if c.isSteady { report.producerMaxBehindMilliseconds = Double(producerBehind) / 1000 }
+        if c.isSteady || c.timelineWanted {
+            // The run's windows only: from the clock's start (on the wall clock the stamps use) to now.
+            let nowMicros = LoadRun.wallMicros()
+            let startMicros = nowMicros - (EventLoop.monotonicMilliseconds() - clockStart) * 1000
+            report.timelineOriginMicros = startMicros
+            report.timeline = emulatorTimeline(apns.stats)?.between(startMicros, nowMicros)
+            if report.timeline == nil && c.timelineWanted {
+                throw LoadGenError("the emulator at \(apns.stats.host):\(apns.stats.port) serves no /_herald/timeline (an emulator without --measure-latency, or an older one)")
+            }
+        }
         if c.shards != nil {
             let perShard = producerState(producer, job).addedPerShard
             report.queues = allKeys.indices.map { index in
@@ -504,7 +514,8 @@ public final class LoadRun {
                          // The backlog's apns-ids too: a table that grows mid-run rehashes every id at
                          // once (160 ms of the emulator's loop at a million), which every request
                          // then waiting would count as latency.
-                         "--expect-notifications", String(c.notifications + c.backlog)]
+                         "--expect-notifications", String(c.notifications + c.backlog),
+                         "--timeline-window-ms", String(c.timelineWindowMilliseconds), "--timeline-over-ms", String(c.timelineOverMilliseconds)]
         for error in c.errors { arguments += ["--error", error] }
         if let goAway = c.goAwayAfter { arguments += ["--goaway-after", String(goAway)] }
         if let prefix = c.unregisteredPrefix { arguments += ["--unregistered-prefix", prefix] }
@@ -518,6 +529,20 @@ public final class LoadRun {
         }
         log?("  APNs emulator on \(apns.host):\(apns.port) (TLS, HTTP/2, ES256 tokens verified, latency \(c.latencyMilliseconds) ms)")
         return APNsTarget(host: apns.host, port: apns.port, caFile: certificate, stats: statsAddress, started: true)
+    }
+
+    /// The emulator's latency timeline; nil when it serves none.
+    private func emulatorTimeline(_ address: (host: String, port: Int)) -> LatencySeries? {
+        guard let response = LocalHTTPClient.get(host: address.host, port: address.port, path: "/_herald/timeline"),
+              response.status == 200 else { return nil }
+        return LatencySeries(json: response.body)
+    }
+
+    /// Wall-clock µs since the epoch: the clock of the payloads' stamps and the emulator's windows.
+    static func wallMicros() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return Int64(now.tv_sec) * 1_000_000 + Int64(now.tv_nsec) / 1000
     }
 
     private func emulatorStatistics(_ address: (host: String, port: Int)) -> EmulatorStatistics? {

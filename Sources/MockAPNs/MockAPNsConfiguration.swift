@@ -72,6 +72,10 @@ public struct MockAPNsConfiguration: Sendable {
     /// Record enqueue-to-answer latency of accepted requests from the payload's top-level `"t"`
     /// (ms or µs since the epoch; see `LatencyRecorder`). Off by default: it costs a payload scan.
     public var measureLatency = false
+    /// With `measureLatency`: the width of the timeline's windows, and the latency above which an
+    /// answer counts as over (`LatencyTimeline`).
+    public var timelineWindowMilliseconds: Int64 = 10
+    public var timelineOverMilliseconds: Int64 = 5
     /// How many distinct apns-ids to make room for up front (benchmarks: their notification count).
     public var expectedNotifications = 0
     /// Seed for the injected-error draws (reproducible runs).

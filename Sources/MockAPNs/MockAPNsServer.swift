@@ -62,6 +62,8 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     private var latency: LatencyRecorder?
     /// From the payloads' `"s"` stamps (a paced producer's schedule), when measuring.
     private var latencyFromSchedule: LatencyRecorder?
+    /// The enqueue latency per window of time (`/_herald/timeline`), when measuring latency.
+    private var timeline: LatencyTimeline?
 
     /// Per-connection bookkeeping the emulator keeps in `HTTP2ServerConnection.userState`.
     final class ConnectionState {
@@ -118,6 +120,9 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
         acceptedIDs = IDCounter(expected: configuration.expectedNotifications)
         latency = configuration.measureLatency ? LatencyRecorder() : nil
         latencyFromSchedule = configuration.measureLatency ? LatencyRecorder() : nil
+        timeline = configuration.measureLatency
+            ? LatencyTimeline(windowMicros: configuration.timelineWindowMilliseconds * 1000, overMicros: configuration.timelineOverMilliseconds * 1000)
+            : nil
         channels = ChannelStore(maxChannelsPerApp: configuration.maxChannelsPerApp)
         if let pem = configuration.jwtKeyPEM {
             guard let team = configuration.teamID, let key = configuration.keyID else {
@@ -247,6 +252,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
     /// | --- | --- |
     /// | `/_herald/stats` | the counts (`MockAPNsStatistics.json()`) |
     /// | `/_herald/faults` | the faults in force |
+    /// | `/_herald/timeline` | the latency per window of time (`LatencyTimeline.json`), with `--measure-latency` |
     /// | `/_herald/forget-ids` | `forgetAcceptedIDs()` |
     /// | `/_herald/latency/MS` | `setLatency(milliseconds:)` |
     /// | `/_herald/max-streams/N` | `setMaxStreams(_:)` |
@@ -273,6 +279,9 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
             return (200, currentStatistics.json())
         case ("faults", 1):
             return (200, faults.json(maxStreams: maxStreams, latencyMilliseconds: latencyMilliseconds))
+        case ("timeline", 1):
+            guard let timeline else { return (404, "{\"error\":\"no timeline: the emulator measures latency only with --measure-latency\"}") }
+            return (200, timeline.json)
         case ("forget-ids", 1):
             forgetAcceptedIDs()
             return (200, "{}")
@@ -458,6 +467,7 @@ public final class MockAPNsServer: HTTP2ServerConnectionDelegate {
             if answer.stampMicros > 0 {
                 let now = LatencyRecorder.nowMicros()
                 latency?.record(stampMicros: answer.stampMicros, nowMicros: now)
+                timeline?.record(stampMicros: answer.stampMicros, nowMicros: now)
                 if answer.scheduledMicros > 0 { latencyFromSchedule?.record(stampMicros: answer.scheduledMicros, nowMicros: now) }
             }
             connection.respond(streamID: streamID, status: 200, apnsID: answer.apnsIDText, apnsIDWords: answer.apnsIDWords, uniqueID: uniqueID, body: [])

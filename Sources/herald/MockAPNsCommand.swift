@@ -21,6 +21,8 @@ struct MockAPNsCommand: ParsableCommand {
             over HTTP/2) and on --stats-port (GET): latency/MS, max-streams/N, stall/RATE, \
             stall-next/N, reset-streams/CODE:RATE|off, garbage-body/KIND[:RATE]|off, \
             ignore-ping/on|off, reject-tokens/on|off, withhold-window/on|off. GET /_herald/faults shows the faults in force. \
+            With --measure-latency, GET /_herald/timeline gives the latency per window of time \
+            (--timeline-window-ms, --timeline-over-ms). \
             Each injected fault is counted in the stats (streams_stalled, streams_reset, \
             garbage_bodies, pings_ignored, tokens_rejected, settings_sent).
             """)
@@ -61,6 +63,8 @@ struct MockAPNsCommand: ParsableCommand {
     @Option(name: .customLong("stats-port"), help: "Also serve GET /_herald/stats over plain HTTP/1.1 on this port of --host (0 picks one; prints `stats on HOST:PORT`; default: not served).") var statsPort: Int?
     @Option(name: .customLong("expect-notifications"), help: "Make room for this many apns-ids up front, so counting them never pauses a benchmark.") var expectNotifications = 0
     @Flag(name: .customLong("measure-latency"), help: "Record enqueue-to-answer latency of accepted requests from the payload's top-level \"t\" (ms or µs since the epoch), and from \"s\" (a paced producer's schedule) when present; percentiles go into the stats.") var measureLatency = false
+    @Option(name: .customLong("timeline-window-ms"), help: "With --measure-latency: the width of the windows of the latency timeline (GET /_herald/timeline: answers, mean and largest latency, and answers over --timeline-over-ms, per window; the last 65,536 windows are kept).") var timelineWindowMilliseconds: Int64 = 10
+    @Option(name: .customLong("timeline-over-ms"), help: "With --measure-latency: answers slower than this count as over in the timeline.") var timelineOverMilliseconds: Int64 = 5
     @OptionGroup var log: LogOptions
 
     func run() throws {
@@ -98,6 +102,14 @@ struct MockAPNsCommand: ParsableCommand {
         configuration.teamID = teamID
         configuration.keyID = keyID
         configuration.measureLatency = measureLatency
+        guard (1...3_600_000).contains(timelineWindowMilliseconds) else {
+            throw ValidationError("--timeline-window-ms takes 1 to 3600000; got \(timelineWindowMilliseconds)")
+        }
+        guard (0...3_600_000).contains(timelineOverMilliseconds) else {
+            throw ValidationError("--timeline-over-ms takes 0 to 3600000; got \(timelineOverMilliseconds)")
+        }
+        configuration.timelineWindowMilliseconds = timelineWindowMilliseconds
+        configuration.timelineOverMilliseconds = timelineOverMilliseconds
         guard channelsPort >= -1, channelsPort <= 65_535 else { throw ValidationError("--channels-port takes 0 to 65535, or -1 for none; got \(channelsPort)") }
         guard maxChannels >= 1 else { throw ValidationError("--max-channels takes 1 or more; got \(maxChannels)") }
         configuration.channelsPort = channelsPort < 0 ? nil : channelsPort

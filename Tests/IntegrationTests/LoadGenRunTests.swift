@@ -203,7 +203,9 @@ extension IntegrationTests {
         @Test func steadyModeWritesAPercentilePlotAPersonCanRead() throws {
             let plotDirectory = try TemporaryDirectory(prefix: "herald-lg-plot")
             let plot = plotDirectory.path("latency.svg")
-            let (report, _, output) = try loadgen(["--notifications", "3000", "--tokens", "300", "--rate", "2000", "--plot", plot])
+            let timelineFile = plotDirectory.path("timeline.csv")
+            let (report, _, output) = try loadgen(["--notifications", "3000", "--tokens", "300", "--rate", "2000", "--plot", plot,
+                                                   "--timeline", timelineFile, "--timeline-over-ms", "0"])
             let outcomes = report["outcomes"] as? [String: Any]
             #expect(int(outcomes, "accepted") == 3000, "\(output)")
             #expect(int(outcomes, "lost") == 0)
@@ -223,6 +225,19 @@ extension IntegrationTests {
             // Jobs due within the 1 ms before each tick are sent at the tick: half a tick late at the
             // median, so the two medians differ (the same stamp twice would make them equal).
             #expect((double(fromSchedule, "p50_ms") ?? 0) > (double(latency, "p50_ms") ?? 0), "\(output)")
+            // The timeline: every answer in exactly one window of 10 ms, over a run of about 1.5 s,
+            // and every answer over the 0 ms threshold.
+            let csv = try String(contentsOfFile: timelineFile, encoding: .utf8).split(separator: "\n")
+            #expect(csv.first == "offset_ms,unix_ms,answered,mean_ms,max_ms,over_0ms", "\(csv.prefix(3))")
+            let rows = csv.dropFirst().map { $0.split(separator: ",", omittingEmptySubsequences: false) }
+            #expect(rows.allSatisfy { $0.count == 6 }, "\(rows.prefix(3))")
+            #expect(rows.reduce(0) { $0 + (Int($1[2]) ?? -1_000_000) } == 3000, "\(csv.prefix(5))")
+            #expect(rows.reduce(0) { $0 + (Int($1[5]) ?? -1_000_000) } == 3000)
+            #expect((100...400).contains(rows.count), "\(rows.count) windows for a 1.5 s run")
+            let timeline = try #require(report["timeline"] as? [String: Any], "\(report)")
+            #expect(int(timeline, "windows") == rows.count)
+            #expect(int(timeline, "answers_over") == 3000)
+            #expect(output.contains("latency over time      \(rows.count) windows of 10 ms"), "\(output)")
             let svg = try String(contentsOfFile: plot, encoding: .utf8)
             #expect(svg.hasPrefix("<?xml"))
             #expect(svg.contains("<svg") && svg.hasSuffix("</svg>\n"))

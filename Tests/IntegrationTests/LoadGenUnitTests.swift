@@ -226,6 +226,89 @@ import Testing
         #expect(ProcessSampler.cpuTicks(statText: stat) == 325)
     }
 
+    @Test func theTimelineKeepsEachWindowAndShowsAStallAsAGap() throws {
+        var timeline = LatencyTimeline(windowMicros: 10_000, overMicros: 5_000)
+        let start: Int64 = 1_800_000_000_000_000  // a window boundary
+        timeline.record(stampMicros: start - 999, nowMicros: start + 1)              // 1 ms
+        timeline.record(stampMicros: start + 3_999, nowMicros: start + 9_999)        // 6 ms, over
+        timeline.record(stampMicros: start + 30_000, nowMicros: start + 25_000)      // stamped after the answer: 0
+        let windows = timeline.windows
+        #expect(windows.count == 3)
+        #expect(windows[0] == LatencyWindow(startMicros: start, answered: 2, meanMicros: 3_500, maxMicros: 6_000, over: 1))
+        #expect(windows[1] == LatencyWindow(startMicros: start + 10_000, answered: 0, meanMicros: 0, maxMicros: 0, over: 0))
+        #expect(windows[2] == LatencyWindow(startMicros: start + 20_000, answered: 1, meanMicros: 0, maxMicros: 0, over: 0))
+        // What the stats port serves reads back as the same windows.
+        let series = try #require(LatencySeries(json: Array(timeline.json.utf8)))
+        #expect(series.windows == windows)
+        #expect(series.windowMicros == 10_000 && series.overMicros == 5_000)
+    }
+
+    @Test func theTimelineIsBoundedAndCountsWhatItDrops() {
+        var timeline = LatencyTimeline(windowMicros: 1_000, overMicros: 0, capacity: 4)
+        for window in 0..<10 { timeline.record(stampMicros: Int64(window) * 1_000, nowMicros: Int64(window) * 1_000 + 500) }
+        #expect(timeline.windows.map(\.startMicros) == [6_000, 7_000, 8_000, 9_000])
+        #expect(timeline.windows.allSatisfy { $0.answered == 1 && $0.over == 1 && $0.maxMicros == 500 })
+        #expect(timeline.windowsDropped == 6)
+        // Older than the ring holds (a clock stepped back): not placed, counted.
+        timeline.record(stampMicros: 0, nowMicros: 3_500)
+        #expect(timeline.answersDropped == 1)
+        #expect(timeline.windows.reduce(0) { $0 + $1.answered } == 4)
+        // A stall longer than the ring: the windows held are the empty ones before the answer.
+        timeline.record(stampMicros: 99_000, nowMicros: 100_200)
+        #expect(timeline.windows.map(\.startMicros) == [97_000, 98_000, 99_000, 100_000])
+        #expect(timeline.windows.map(\.answered) == [0, 0, 0, 1])
+        #expect(timeline.windowsDropped == 97)
+    }
+
+    @Test func aFullTimelineTravelsWhole() throws {
+        var timeline = LatencyTimeline()  // 10 ms windows, 65,536 of them
+        for window in 0..<Int64(70_000) { timeline.record(stampMicros: window * 10_000, nowMicros: window * 10_000 + 2_000) }
+        let series = try #require(LatencySeries(json: Array(timeline.json.utf8)))
+        #expect(series.windows.count == LatencyTimeline.defaultCapacity)
+        #expect(series.windows.first?.startMicros == Int64(70_000 - LatencyTimeline.defaultCapacity) * 10_000)
+        #expect(series.windowsDropped == Int64(70_000 - LatencyTimeline.defaultCapacity))
+        #expect(series.answered == LatencyTimeline.defaultCapacity && series.over == 0)
+    }
+
+    @Test func stretchesOfSlowAnswersAreJoinedAcrossOneQuietWindowAndRankedByTheirCount() {
+        func window(_ index: Int64, over: Int, max: Int64 = 0) -> LatencyWindow {
+            LatencyWindow(startMicros: index * 10_000, answered: 100, meanMicros: 1_000, maxMicros: max, over: over)
+        }
+        let series = LatencySeries(windowMicros: 10_000, overMicros: 5_000, windows: [
+            window(0, over: 3, max: 6_000), window(1, over: 0), window(2, over: 5, max: 9_000),  // one stretch: 0–30 ms
+            window(3, over: 0), window(4, over: 0),
+            window(5, over: 20, max: 7_000),                                                      // 50–60 ms
+            window(6, over: 0), window(7, over: 0), window(8, over: 1, max: 5_100),               // 80–90 ms
+        ])
+        #expect(series.stretches == [
+            .init(startMicros: 50_000, endMicros: 60_000, over: 20, maxMicros: 7_000),
+            .init(startMicros: 0, endMicros: 30_000, over: 8, maxMicros: 9_000),
+            .init(startMicros: 80_000, endMicros: 90_000, over: 1, maxMicros: 5_100),
+        ])
+        #expect(series.over == 29 && series.answered == 900)
+        #expect(series.between(20_000, 50_000).windows.map(\.startMicros) == [20_000, 30_000, 40_000, 50_000])
+        let csv = series.csv(originMicros: 10_000).split(separator: "\n")
+        #expect(csv.count == 10)
+        #expect(csv[0] == "offset_ms,unix_ms,answered,mean_ms,max_ms,over_5ms")
+        #expect(csv[1] == "-10,0,100,1,6,3")
+        #expect(csv[3] == "10,20,100,1,9,5")
+    }
+
+    @Test func aTimelineThatIsNotOneIsRefused() {
+        let good = #"{"window_us":10000,"over_us":5000,"first_start_us":0,"windows_dropped":0,"answers_dropped":0,"answered":[1],"mean_us":[2],"max_us":[3],"over":[0]}"#
+        #expect(LatencySeries(json: Array(good.utf8)) != nil)
+        for bad in [
+            "", "[]", "{}", "not json",
+            good.replacingOccurrences(of: #""mean_us":[2]"#, with: #""mean_us":[2,3]"#),  // arrays of different lengths
+            good.replacingOccurrences(of: #""answered":[1]"#, with: #""answered":[-1]"#),
+            good.replacingOccurrences(of: #""answered":[1]"#, with: #""answered":["1"]"#),
+            good.replacingOccurrences(of: #""window_us":10000"#, with: #""window_us":0"#),
+            good.replacingOccurrences(of: #","over":[0]"#, with: ""),
+        ] {
+            #expect(LatencySeries(json: Array(bad.utf8)) == nil, "\(bad)")
+        }
+    }
+
     @Test func schedstatGivesTheRunQueueDelay() {
         #expect(ProcessSampler.runQueueWait(schedstatText: "2391822411 18446744 9122\n") == 18_446_744)
         #expect(ProcessSampler.runQueueWait(schedstatText: "2391822411 0 9122") == 0)
