@@ -10,8 +10,13 @@ public enum LocalHTTPClient {
         public var text: String { String(decoding: body, as: UTF8.self) }
     }
 
-    /// GETs `path` from `host:port`; nil when the server cannot be reached or answers nothing in time.
-    public static func get(host: String, port: Int, path: String, timeoutMilliseconds: Int32 = 2_000) -> Response? {
+    /// The most a response may hold: an emulator's timeline at its largest is about 2 MB.
+    public static let defaultMaxResponseBytes = 64 << 20
+
+    /// GETs `path` from `host:port`; nil when the server cannot be reached, answers nothing in
+    /// time, or sends more than `maxResponseBytes` (a server that never stops talking).
+    public static func get(host: String, port: Int, path: String, timeoutMilliseconds: Int32 = 2_000,
+                           maxResponseBytes: Int = LocalHTTPClient.defaultMaxResponseBytes) -> Response? {
         guard let fd = try? Socket.startConnect(host: host, port: port) else { return nil }
         defer { close(fd) }
         guard wait(fd, events: Int16(POLLOUT), timeoutMilliseconds), Socket.pendingError(fd) == 0 else { return nil }
@@ -28,7 +33,11 @@ public enum LocalHTTPClient {
         var buffer = [UInt8](repeating: 0, count: 65_536)
         while true {
             let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count > 0 { response.append(contentsOf: buffer[0..<count]); continue }
+            if count > 0 {
+                guard response.count + count <= maxResponseBytes else { return nil }
+                response.append(contentsOf: buffer[0..<count])
+                continue
+            }
             if count == 0 { break }
             if errno == EINTR { continue }
             if errno == EAGAIN || errno == EWOULDBLOCK, wait(fd, events: Int16(POLLIN), timeoutMilliseconds) { continue }

@@ -117,7 +117,10 @@ struct LoadGenCommand: ParsableCommand {
             try writeFile(plot, PercentilePlot.svg(latency: latency, title: "Herald end-to-end latency (enqueue → APNs answer)",
                                                    subtitle: LoadGenCommand.plotSubtitle(report)), mode: 0o644)
         }
-        if let timeline, let series = report.timeline {
+        if let timeline {
+            guard let series = report.timeline else {
+                throw ValidationError("the emulator served no latency timeline (/_herald/timeline: one started without --measure-latency, or an older one), so there is none to write")
+            }
             try writeFile(timeline, series.csv(originMicros: report.timelineOriginMicros), mode: 0o644)
         }
         if !report.isClean { throw ExitCode(ExitStatus.failure.rawValue) }

@@ -200,6 +200,39 @@ extension IntegrationTests {
             #expect(((report["conditions"] as? [String: Any])?["faults"] as? String)?.contains("dead") == true)
         }
 
+        /// An emulator that keeps no timeline (started without --measure-latency), attached: the
+        /// run is still counted and reported, and the timeline asked for is refused by name.
+        @Test func aTimelineAnAttachedEmulatorCannotGiveIsRefusedAfterTheReport() async throws {
+            let directory = try TemporaryDirectory(prefix: "herald-lg-attached")
+            let certificate = directory.path("mock.pem")
+            let key = directory.path("mock.p8")
+            let emulator = try HeraldProcess(arguments: ["mock-apns", "--port", "0", "--stats-port", "0", "--cert-out", certificate, "--write-key", key],
+                                             directory: directory, index: 0)
+            defer { emulator.signal(SIGKILL); emulator.reap() }
+            var port = 0, statsPort = 0
+            try await waitFor("the emulator prints its ports", timeout: .seconds(15), interval: .milliseconds(20)) {
+                try emulator.requireRunning()
+                func announced(_ prefix: String) -> Int? {
+                    emulator.stdout.split(separator: "\n").first { $0.hasPrefix(prefix) }.flatMap { $0.split(separator: ":").last }.flatMap { Int($0) }
+                }
+                guard let listening = announced("listening on "), let stats = announced("stats on ") else { return false }
+                (port, statsPort) = (listening, stats)
+                return true
+            }
+            let timeline = directory.path("timeline.csv")
+            let loadgen = try HeraldProcess(
+                arguments: ["loadgen", "--notifications", "500", "--tokens", "50", "--apns-host", "127.0.0.1", "--apns-port", String(port),
+                            "--ca-file", certificate, "--apns-stats", "127.0.0.1:\(statsPort)", "--timeline", timeline, "--timeout", "120"],
+                directory: directory, index: 1,
+                // An attached emulator's credentials reach the workers loadgen starts through its environment.
+                environment: ["HERALD_TEAM_ID": "TEAM000001", "HERALD_KEY_ID": "KEY0000001", "HERALD_KEY_FILE": key])
+            let status = try await loadgen.waitForExit(timeout: .seconds(180))
+            #expect(status != 0, "\(loadgen.outputTail())")
+            #expect(loadgen.stdout.contains("lost                   0"), "the run's report first: \(loadgen.outputTail())")
+            #expect(loadgen.stderr.contains("the emulator served no latency timeline"), "\(loadgen.outputTail())")
+            #expect(!FileManager.default.fileExists(atPath: timeline))
+        }
+
         @Test func steadyModeWritesAPercentilePlotAPersonCanRead() throws {
             let plotDirectory = try TemporaryDirectory(prefix: "herald-lg-plot")
             let plot = plotDirectory.path("latency.svg")

@@ -4,6 +4,7 @@ import Foundation
 @testable import MockAPNs
 import Queue
 import Testing
+import Transport
 
 /// The load generator's arithmetic, without processes: payload sizes, job shapes, percentiles,
 /// the plot's scale, and the parsers of /proc, Prometheus text and the emulator's stats.
@@ -349,6 +350,34 @@ import Testing
         usleep(50_000)  // the threads' last instructions after signalling
         sampler.sample()
         #expect(try #require(sampler.totalCPUWaitSeconds) - before >= waited, "an exited thread's wait was dropped")
+    }
+
+    /// A stats port that never stops talking (a hostile or broken emulator or worker): the
+    /// client gives up at its bound instead of growing without one.
+    @Test func aServerThatNeverStopsTalkingIsCutOff() throws {
+        let (listener, port) = try Socket.listen(host: "127.0.0.1", port: 0)
+        defer { close(listener) }
+        let served = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            defer { served.signal() }
+            var entry = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
+            guard poll(&entry, 1, 10_000) == 1 else { return }
+            let client = accept(listener, nil, nil)
+            guard client >= 0 else { return }
+            defer { close(client) }
+            _ = fcntl(client, F_SETFL, fcntl(client, F_GETFL) & ~O_NONBLOCK)
+            var head = [UInt8](repeating: 0, count: 4096)
+            _ = read(client, &head, head.count)
+            let status = Array("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n".utf8)
+            _ = status.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            let chunk = [UInt8](repeating: UInt8(ascii: "x"), count: 1 << 20)
+            // 32 MiB unless the client hangs up first.
+            for _ in 0..<32 where chunk.withUnsafeBytes({ send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) > 0 {}
+        }
+        // Only the size is kept: a failure must not print megabytes.
+        let taken = LocalHTTPClient.get(host: "127.0.0.1", port: port, path: "/_herald/timeline", maxResponseBytes: 4 << 20)?.body.count
+        #expect(taken == nil, "a response of \(taken ?? 0) bytes was taken")
+        served.wait()
     }
 
     @Test func prometheusSumsMatchLabels() {
