@@ -57,7 +57,7 @@ struct LoadGenCommand: ParsableCommand {
     @Option(name: .customLong("worker-metrics"), help: "HOST:PORT of an attached worker's /metrics (repeatable; for the superseded count).") var workerMetrics: [String] = []
     @Option(help: "Write the report as JSON here (default: not written).") var json: String?
     @Option(help: "Write a latency-percentile chart (SVG) here (default: not written).") var plot: String?
-    @Option(help: "Write the latency over time here as CSV: per window, answers, mean and largest latency, and answers over --timeline-over-ms (steady runs summarise it in the report either way).") var timeline: String?
+    @Option(help: "Write the latency over time here as CSV: per window, answers, mean and largest latency, and answers over --timeline-over-ms (steady runs summarise it in the report either way; default: not written).") var timeline: String?
     @Option(name: .customLong("timeline-window-ms"), help: "Width of the timeline's windows, ms (the emulator keeps the last 65,536).") var timelineWindowMilliseconds: Int64 = 10
     @Option(name: .customLong("timeline-over-ms"), help: "Answers slower than this count as over in the timeline, ms.") var timelineOverMilliseconds: Int64 = 5
     @Flag(name: .customLong("keep-files"), help: "Keep the temporary directory (logs, key, certificate).") var keepFiles = false
