@@ -87,6 +87,7 @@ public struct LatencySeries: Sendable, Equatable {
 
     public var answered: Int { windows.reduce(0) { $0 + $1.answered } }
     public var over: Int { windows.reduce(0) { $0 + $1.over } }
+    public var windowsWithOver: Int { windows.reduce(0) { $0 + ($1.over > 0 ? 1 : 0) } }
 
     /// One line per window: its start (since `originMicros`, and since the epoch), answers, mean
     /// and largest latency, and answers over the threshold.

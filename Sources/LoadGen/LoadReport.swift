@@ -33,10 +33,11 @@ public struct LoadReport: Sendable {
     /// CPU seconds of the other processes on the machine's cores during the run (redis-server and
     /// the emulator when started here, and loadgen itself): where the rest of the CPU went.
     public var otherCPUSeconds: [(name: String, seconds: Double)] = []
-    /// Seconds each process (the workers summed) was runnable but not running during the run: a
-    /// machine whose processes wait for its cores shows it here, whatever the CPU seconds say.
-    /// Empty when the kernel keeps no schedstat.
-    public var cpuWaitSeconds: [(name: String, seconds: Double)] = []
+    /// Seconds the workers (summed) and each other process were runnable but not running during
+    /// the run: a machine whose processes wait for its cores shows it here, whatever the CPU
+    /// seconds say. Nil and empty when the kernel keeps no schedstat.
+    public var workerCPUWaitSeconds: Double? = nil
+    public var otherCPUWaitSeconds: [(name: String, seconds: Double)] = []
     /// The run's latency per window of time (steady mode, or `--timeline`), and the wall-clock
     /// start of the run's clock (µs since the epoch) its offsets count from.
     public var timeline: LatencySeries? = nil
@@ -145,8 +146,9 @@ public struct LoadReport: Sendable {
             let parts = otherCPUSeconds.map { "\($0.name) \(PercentText.fixed($0.seconds, digits: 2)) s" }
             lines.append("  other CPU (user+sys)   " + parts.joined(separator: ", ") + " during the run")
         }
-        if !cpuWaitSeconds.isEmpty {
-            let parts = cpuWaitSeconds.map { "\($0.name) \(PercentText.fixed($0.seconds, digits: 2)) s" }
+        let waits = (workerCPUWaitSeconds.map { [("worker", $0)] } ?? []) + otherCPUWaitSeconds
+        if !waits.isEmpty {
+            let parts = waits.map { "\($0.0) \(PercentText.fixed($0.1, digits: 2)) s" }
             lines.append("  waiting for a CPU      " + parts.joined(separator: ", ") + " (runnable, not running: schedstat)")
         }
         lines.append("conditions")
@@ -209,15 +211,13 @@ public struct LoadReport: Sendable {
         var workers = JSONObjectText()
         workers.add("cpu_seconds", workerCPUSeconds)
         workers.add("cpu_seconds_per_100k_notifications", cpuSecondsPer100k)
-        workers.add("cpu_wait_seconds", cpuWaitSeconds.first { $0.name == "worker" || $0.name == "workers" }?.seconds)
+        workers.add("cpu_wait_seconds", workerCPUWaitSeconds)
         workers.add("peak_vmhwm_bytes", peakWorkerHWMBytes)
         workers.add("max_vmrss_bytes", maxWorkerRSSBytes)
         root.addRaw("workers", workers.text)
         var others = JSONObjectText()
         for (name, seconds) in otherCPUSeconds { others.add(name.replacingDashes + "_cpu_seconds", seconds) }
-        for (name, seconds) in cpuWaitSeconds where name != "worker" && name != "workers" {
-            others.add(name.replacingDashes + "_cpu_wait_seconds", seconds)
-        }
+        for (name, seconds) in otherCPUWaitSeconds { others.add(name.replacingDashes + "_cpu_wait_seconds", seconds) }
         root.addRaw("other_processes", others.text)
         var conditionsObject = JSONObjectText()
         let c = conditions
@@ -261,8 +261,7 @@ extension LoadReport {
         let g = PercentText.grouped
         let ms = { (micros: Int64) in PercentText.trimmed(Double(micros) / 1000, digits: 1) }
         let seconds = { (micros: Int64) in PercentText.fixed(Double(micros - self.timelineOriginMicros) / 1e6, digits: 2) }
-        let overWindows = timeline.windows.filter { $0.over > 0 }.count
-        var text = "\(g(timeline.windows.count)) windows of \(ms(timeline.windowMicros)) ms, \(g(overWindows)) with answers over "
+        var text = "\(g(timeline.windows.count)) windows of \(ms(timeline.windowMicros)) ms, \(g(timeline.windowsWithOver)) with answers over "
             + "\(ms(timeline.overMicros)) ms (\(g(timeline.over)) answers)"
         let stretches = timeline.stretches.prefix(LoadReport.stretchesShown)
         if !stretches.isEmpty {
@@ -279,7 +278,7 @@ extension LoadReport {
         object.add("window_ms", Double(timeline.windowMicros) / 1000)
         object.add("over_ms", Double(timeline.overMicros) / 1000)
         object.add("windows", timeline.windows.count)
-        object.add("windows_with_over", timeline.windows.filter { $0.over > 0 }.count)
+        object.add("windows_with_over", timeline.windowsWithOver)
         object.add("answers_over", timeline.over)
         let stretches = timeline.stretches.prefix(LoadReport.stretchesShown).map { stretch -> String in
             var item = JSONObjectText()

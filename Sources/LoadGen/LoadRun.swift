@@ -284,7 +284,7 @@ public final class LoadRun {
         if c.isSteady { report.producerMaxBehindMilliseconds = Double(producerBehind) / 1000 }
         if c.isSteady || c.timelineWanted {
             // The run's windows only: from the clock's start (on the wall clock the stamps use) to now.
-            let nowMicros = LoadRun.wallMicros()
+            let nowMicros = Enqueuer.wallClockMicros()
             let startMicros = nowMicros - (EventLoop.monotonicMilliseconds() - clockStart) * 1000
             report.timelineOriginMicros = startMicros
             report.timeline = emulatorTimeline(apns.stats)?.between(startMicros, nowMicros)
@@ -305,13 +305,10 @@ public final class LoadRun {
         report.otherCPUSeconds = zip(helpers, helperCPUAtStart).map { ($0.name, $0.sampler.totalCPUSeconds - $1) } + [("loadgen", ownCPU)]
         // Waiting for a CPU: what the machine's other processes (and each other) cost the run.
         func waited(_ now: Double?, since start: Double?) -> Double? { now.map { $0 - (start ?? 0) } }
-        var waits: [(name: String, seconds: Double)] = []
-        if !c.attachWorkers, let workers = sampler.totalCPUWaitSeconds { waits.append((c.workers == 1 ? "worker" : "workers", workers)) }
-        for (helper, start) in zip(helpers, helperWaitAtStart) {
-            if let seconds = waited(helper.sampler.totalCPUWaitSeconds, since: start) { waits.append((helper.name, seconds)) }
-        }
-        if let seconds = waited(own.totalCPUWaitSeconds, since: ownWaitAtStart) { waits.append(("loadgen", seconds)) }
-        report.cpuWaitSeconds = waits
+        if !c.attachWorkers { report.workerCPUWaitSeconds = sampler.totalCPUWaitSeconds }
+        report.otherCPUWaitSeconds = zip(helpers, helperWaitAtStart).compactMap { helper, start in
+            waited(helper.sampler.totalCPUWaitSeconds, since: start).map { (helper.name, $0) }
+        } + (waited(own.totalCPUWaitSeconds, since: ownWaitAtStart).map { [("loadgen", $0)] } ?? [])
         progress?("")
 
         conditions.mode = c.isSteady
@@ -533,13 +530,6 @@ public final class LoadRun {
         guard let response = LocalHTTPClient.get(host: address.host, port: address.port, path: "/_herald/timeline"),
               response.status == 200 else { return nil }
         return LatencySeries(json: response.body)
-    }
-
-    /// Wall-clock µs since the epoch: the clock of the payloads' stamps and the emulator's windows.
-    static func wallMicros() -> Int64 {
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        return Int64(now.tv_sec) * 1_000_000 + Int64(now.tv_nsec) / 1000
     }
 
     private func emulatorStatistics(_ address: (host: String, port: Int)) -> EmulatorStatistics? {

@@ -3,6 +3,7 @@ import Foundation
 @testable import LoadGen
 @testable import MockAPNs
 import Queue
+import Synchronization
 import Testing
 import Transport
 
@@ -286,7 +287,7 @@ import Transport
             .init(startMicros: 0, endMicros: 30_000, over: 8, maxMicros: 9_000),
             .init(startMicros: 80_000, endMicros: 90_000, over: 1, maxMicros: 5_100),
         ])
-        #expect(series.over == 29 && series.answered == 900)
+        #expect(series.over == 29 && series.answered == 900 && series.windowsWithOver == 4)
         #expect(series.between(20_000, 50_000).windows.map(\.startMicros) == [20_000, 30_000, 40_000, 50_000])
         let csv = series.csv(originMicros: 10_000).split(separator: "\n")
         #expect(csv.count == 10)
@@ -328,15 +329,16 @@ import Transport
         sampler.sample()
         let before = try #require(sampler.totalCPUWaitSeconds)
         let spinMilliseconds = 300.0
-        let spun = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0), exited = DispatchSemaphore(value: 0)
+        let spun = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        let threadIDs = Mutex<[pid_t]>([])
         for _ in 0...cores {
             Thread.detachNewThread {
+                threadIDs.withLock { $0.append(LoadGenUnitTests.threadID() ?? 0) }
                 let start = DispatchTime.now().uptimeNanoseconds
                 var spins = 0
                 while Double(DispatchTime.now().uptimeNanoseconds - start) < spinMilliseconds * 1e6 { spins &+= 1 }
                 spun.signal()
                 release.wait()  // alive until sampled
-                exited.signal()
             }
         }
         for _ in 0...cores { spun.wait() }
@@ -346,8 +348,13 @@ import Transport
         // test runner's other work only adds to it); half of that leaves room for clock rounding.
         #expect(waited >= spinMilliseconds / 1000 / 2, "waited \(waited) s with \(cores + 1) threads on \(cores) cores")
         for _ in 0...cores { release.signal() }
-        for _ in 0...cores { exited.wait() }
-        usleep(50_000)  // the threads' last instructions after signalling
+        // Gone from /proc: only then does the next sample lack them.
+        let tids = threadIDs.withLock { $0 }
+        let deadline = DispatchTime.now().uptimeNanoseconds + 10_000_000_000
+        while tids.contains(where: { access("/proc/self/task/\($0)", F_OK) == 0 }) && DispatchTime.now().uptimeNanoseconds < deadline {
+            usleep(1_000)
+        }
+        #expect(tids.count == cores + 1 && !tids.contains(0) && !tids.contains { access("/proc/self/task/\($0)", F_OK) == 0 }, "the spinning threads did not exit")
         sampler.sample()
         #expect(try #require(sampler.totalCPUWaitSeconds) - before >= waited, "an exited thread's wait was dropped")
     }
@@ -378,6 +385,14 @@ import Transport
         let taken = LocalHTTPClient.get(host: "127.0.0.1", port: port, path: "/_herald/timeline", maxResponseBytes: 4 << 20)?.body.count
         #expect(taken == nil, "a response of \(taken ?? 0) bytes was taken")
         served.wait()
+    }
+
+    /// The calling thread's id, from "/proc/thread-self" ("PID/task/TID").
+    static func threadID() -> pid_t? {
+        var link = [UInt8](repeating: 0, count: 64)
+        let length = link.withUnsafeMutableBytes { readlink("/proc/thread-self", $0.baseAddress!.assumingMemoryBound(to: CChar.self), $0.count - 1) }
+        guard length > 0 else { return nil }
+        return String(decoding: link.prefix(length), as: UTF8.self).split(separator: "/").last.flatMap { pid_t($0) }
     }
 
     @Test func prometheusSumsMatchLabels() {
