@@ -282,5 +282,57 @@ extension IntegrationTests {
             #expect(parser.parse(), "not well-formed XML: \(String(describing: parser.parserError))")
             #endif
         }
+
+        /// `Benchmarks/tools/ab_loadgen.py`, the A/B comparison: its statistics (self-test), then a
+        /// real block of A B B A with the built herald as both builds. Each run's JSON must be where
+        /// the schedule says, and every metric the report pairs must be read from loadgen's JSON (a
+        /// renamed field would show as "—"). A build that writes no report stops the comparison.
+        @Test func theABComparisonRunsEachBuildInABBAOrderAndReadsEveryMetric() throws {
+            let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+                .deletingLastPathComponent().appendingPathComponent("Benchmarks/tools/ab_loadgen.py").path
+            func python(_ arguments: [String]) throws -> (status: Int32, output: String) {
+                let directory = try TemporaryDirectory(prefix: "herald-ab-test")
+                let outputPath = directory.path("output.txt")
+                _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
+                let process = TestProcess()
+                process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+                process.arguments = ["python3", script] + arguments
+                var environment = ProcessInfo.processInfo.environment
+                for name in environment.keys where name.hasPrefix("HERALD_") && name != "HERALD_BINARY" { environment[name] = nil }
+                process.environment = environment
+                process.standardInput = FileHandle.nullDevice
+                let output = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
+                process.standardOutput = output
+                process.standardError = output
+                try process.run()
+                process.waitUntilExit()
+                return (process.terminationStatus, (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? "")
+            }
+            let selfTest = try python(["--self-test"])
+            #expect(selfTest.status == 0 && selfTest.output.contains("self-test: ok"), "\(selfTest.output)")
+
+            let herald = try WorkerHarness.heraldBinary()
+            let runs = try TemporaryDirectory(prefix: "herald-ab-runs")
+            let compared = try python(["--a", herald, "--b", herald, "--env-b", "HERALD_AB_TEST=1", "--blocks", "1",
+                                       "--out", runs.path("out"), "--", "--notifications", "2000", "--tokens", "200"])
+            #expect(compared.status == 0, "\(compared.output)")
+            for name in ["run-01-A", "run-02-B", "run-03-B", "run-04-A"] {
+                #expect(FileManager.default.fileExists(atPath: runs.path("out/\(name).json")), "\(name).json missing:\n\(compared.output)")
+            }
+            let rows = compared.output.split(separator: "\n").filter { $0.hasPrefix("| ") && $0.contains("is better)") }
+            #expect(rows.count == 7, "\(compared.output)")
+            for row in rows {
+                // The two medians (a ratio is "—" only when A's value is 0, as a tiny run's CPU may be).
+                let cells = row.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
+                #expect(cells.count >= 3 && cells[1] != "—" && cells[2] != "—", "a metric was not found in loadgen's JSON: \(row)")
+            }
+            #expect(compared.output.contains("1 block(s) of A B B A: 2 runs of each, 2 pairs"), "\(compared.output)")
+
+            let broken = try python(["--a", "/bin/false", "--b", herald, "--blocks", "1", "--out", runs.path("broken"), "--",
+                                     "--notifications", "100"])
+            #expect(broken.status != 0 && broken.output.contains("run 1 (A) wrote no report"), "\(broken.output)")
+            let refused = try python(["--a", herald, "--b", herald, "--", "--json", "x.json"])
+            #expect(refused.status != 0 && refused.output.contains("leave it out"), "\(refused.output)")
+        }
     }
 }
