@@ -168,7 +168,23 @@ def run_one(binary, env_settings, loadgen_args, json_path, text_path, timeout):
         env[name] = value
     command = [binary, "loadgen", *loadgen_args, "--json", json_path]
     with open(text_path, "w") as text:
-        status = subprocess.run(command, stdout=text, stderr=subprocess.STDOUT, env=env, timeout=timeout).returncode
+        try:
+            process = subprocess.Popen(command, stdout=text, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        except OSError as error:
+            raise SystemExit(f"could not run {binary}: {error}")
+        try:
+            status = process.wait(timeout=timeout)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt) as reason:
+            # SIGTERM first: loadgen then stops the redis-server, emulator and workers it started.
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            if isinstance(reason, KeyboardInterrupt):
+                raise
+            raise SystemExit(f"{binary} loadgen ran longer than --timeout {timeout} s; see {text_path}")
     try:
         with open(json_path) as handle:
             data = json.load(handle)
@@ -221,8 +237,10 @@ def main():
         return 0
     if not args.a or not args.b:
         parser.error("--a and --b are required (or --self-test)")
-    if args.blocks < 1:
-        parser.error("--blocks must be at least 1")
+    if not 1 <= args.blocks <= 100:
+        parser.error("--blocks must be 1 to 100")
+    if args.timeout < 1:
+        parser.error("--timeout must be at least 1 second")
     for setting in args.env_a + args.env_b:
         if "=" not in setting or setting.startswith("="):
             parser.error(f"--env-a/--env-b take NAME=VALUE, not {setting!r}")
