@@ -12,16 +12,15 @@ extension IntegrationTests {
     /// and worker process, and its JSON report must account for every notification. Nested in the
     /// serialized integration suite: a run loads both cores and must not overlap the other tests.
     @Suite(.serialized) struct LoadGenRunTests {
-        /// Runs `herald loadgen arguments…` with `--json` into a fresh directory; returns the parsed
-        /// report, the directory and the printed text.
-        func loadgen(_ arguments: [String], timeout: TimeInterval = 240) throws -> (report: [String: Any], directory: TemporaryDirectory, output: String) {
-            let directory = try TemporaryDirectory(prefix: "herald-lg-test")
-            let jsonPath = directory.path("report.json")
+        /// Runs `executable arguments…` with the HERALD_ settings of the test's environment left out
+        /// (but HERALD_BINARY), stdout and stderr into one file; stopped after `timeout` seconds.
+        func run(_ executable: String, _ arguments: [String], timeout: TimeInterval = 240) throws -> (status: Int32, output: String) {
+            let directory = try TemporaryDirectory(prefix: "herald-lg-run")
             let outputPath = directory.path("output.txt")
             _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
             let process = TestProcess()
-            process.executableURL = URL(fileURLWithPath: try WorkerHarness.heraldBinary())
-            process.arguments = ["loadgen"] + arguments + ["--json", jsonPath, "--timeout", "180"]
+            process.executableURL = URL(fileURLWithPath: executable)
+            process.arguments = arguments
             var environment = ProcessInfo.processInfo.environment
             for name in environment.keys where name.hasPrefix("HERALD_") && name != "HERALD_BINARY" { environment[name] = nil }
             process.environment = environment
@@ -33,8 +32,17 @@ extension IntegrationTests {
             let deadline = Date().addingTimeInterval(timeout)
             while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.1) }
             if process.isRunning { process.terminate(); process.waitUntilExit() }
-            let text = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
-            #expect(process.terminationStatus == 0, "herald loadgen exited \(process.terminationStatus):\n\(text)")
+            return (process.terminationStatus, (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? "")
+        }
+
+        /// Runs `herald loadgen arguments…` with `--json` into a fresh directory; returns the parsed
+        /// report, the directory and the printed text.
+        func loadgen(_ arguments: [String], timeout: TimeInterval = 240) throws -> (report: [String: Any], directory: TemporaryDirectory, output: String) {
+            let directory = try TemporaryDirectory(prefix: "herald-lg-test")
+            let jsonPath = directory.path("report.json")
+            let (status, text) = try run(try WorkerHarness.heraldBinary(),
+                                         ["loadgen"] + arguments + ["--json", jsonPath, "--timeout", "180"], timeout: timeout)
+            #expect(status == 0, "herald loadgen exited \(status):\n\(text)")
             let data = try #require(FileManager.default.contents(atPath: jsonPath), "no JSON report; output:\n\(text)")
             let report = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
             return (report, directory, text)
@@ -291,22 +299,7 @@ extension IntegrationTests {
             let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
                 .deletingLastPathComponent().appendingPathComponent("Benchmarks/tools/ab_loadgen.py").path
             func python(_ arguments: [String]) throws -> (status: Int32, output: String) {
-                let directory = try TemporaryDirectory(prefix: "herald-ab-test")
-                let outputPath = directory.path("output.txt")
-                _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
-                let process = TestProcess()
-                process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-                process.arguments = ["python3", script] + arguments
-                var environment = ProcessInfo.processInfo.environment
-                for name in environment.keys where name.hasPrefix("HERALD_") && name != "HERALD_BINARY" { environment[name] = nil }
-                process.environment = environment
-                process.standardInput = FileHandle.nullDevice
-                let output = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
-                process.standardOutput = output
-                process.standardError = output
-                try process.run()
-                process.waitUntilExit()
-                return (process.terminationStatus, (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? "")
+                try run("/usr/bin/env", ["python3", script] + arguments)
             }
             let selfTest = try python(["--self-test"])
             #expect(selfTest.status == 0 && selfTest.output.contains("self-test: ok"), "\(selfTest.output)")
