@@ -32,16 +32,16 @@ import sys
 import tempfile
 import time
 
-# (key, label, unit, higher is better, extract from a loadgen --json report)
+# (label, unit, higher is better, extract from a loadgen --json report)
 METRICS = [
-    ("throughput", "throughput", "/s", True, lambda r: r.get("notifications_per_second")),
-    ("p50", "latency p50", "ms", False, lambda r: (r.get("latency") or {}).get("p50_ms")),
-    ("p99", "latency p99", "ms", False, lambda r: (r.get("latency") or {}).get("p99_ms")),
-    ("worker_cpu", "worker CPU per 100k", "s", False,
+    ("throughput", "/s", True, lambda r: r.get("notifications_per_second")),
+    ("latency p50", "ms", False, lambda r: (r.get("latency") or {}).get("p50_ms")),
+    ("latency p99", "ms", False, lambda r: (r.get("latency") or {}).get("p99_ms")),
+    ("worker CPU per 100k", "s", False,
      lambda r: (r.get("workers") or {}).get("cpu_seconds_per_100k_notifications")),
-    ("emulator_cpu", "emulator CPU", "s", False, lambda r: (r.get("other_processes") or {}).get("emulator_cpu_seconds")),
-    ("redis_cpu", "redis-server CPU", "s", False, lambda r: (r.get("other_processes") or {}).get("redis_server_cpu_seconds")),
-    ("worker_wait", "worker waiting for a CPU", "s", False, lambda r: (r.get("workers") or {}).get("cpu_wait_seconds")),
+    ("emulator CPU", "s", False, lambda r: (r.get("other_processes") or {}).get("emulator_cpu_seconds")),
+    ("redis-server CPU", "s", False, lambda r: (r.get("other_processes") or {}).get("redis_server_cpu_seconds")),
+    ("worker waiting for a CPU", "s", False, lambda r: (r.get("workers") or {}).get("cpu_wait_seconds")),
 ]
 
 
@@ -87,7 +87,7 @@ def median(values):
 
 def compare(reports, order, metric):
     """Per-pair comparison of one metric: medians, median ratio B/A, wins/losses/ties for B, p."""
-    key, label, unit, higher_better, extract = metric
+    label, unit, higher_better, extract = metric
     a_values, b_values, ratios = [], [], []
     wins = losses = ties = 0
     second_won = second_lost = 0
@@ -111,7 +111,7 @@ def compare(reports, order, metric):
         else:
             second_lost += 1
     return {
-        "key": key, "label": label, "unit": unit, "higher_better": higher_better,
+        "label": label, "unit": unit, "higher_better": higher_better,
         "a_median": median(a_values), "b_median": median(b_values), "ratio_median": median(ratios),
         "wins": wins, "losses": losses, "ties": ties, "p": sign_test(wins, losses),
         "second_won": second_won, "second_lost": second_lost, "p_position": sign_test(second_won, second_lost),
@@ -127,7 +127,7 @@ def number(value, unit):
     return f"{value:.3g}" if value < 100 else f"{value:,.1f}"
 
 
-def report(results, args, reports, started, ended, commands):
+def report(results, args, reports, started, ended, labels):
     first = reports[0].get("conditions", {}) if reports else {}
     out = []
     out.append("## A/B comparison with `herald loadgen` (ABBA)\n")
@@ -152,8 +152,8 @@ def report(results, args, reports, started, ended, commands):
     out.append("Every run, in order:\n")
     out.append("| # | build | throughput /s | p50 ms | p99 ms | worker CPU per 100k s | emulator CPU s | redis-server CPU s |")
     out.append("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for index, (build, r) in enumerate(zip(commands, reports)):
-        cells = [number(m[4](r), m[2]) for m in METRICS[:6]]
+    for index, (build, r) in enumerate(zip(labels, reports)):
+        cells = [number(m[3](r), m[1]) for m in METRICS[:6]]
         out.append(f"| {index + 1} | {build} | " + " | ".join(cells) + " |")
     out.append("")
     out.append("A p above 0.05 means these pairs cannot tell the builds apart; a small p for \"second of pair "
